@@ -1,0 +1,1 @@
+"""The `fabricjax` command line: a thin typer app over the fabricjax library."""

@@ -1,0 +1,158 @@
+"""`fabricjax` commands. This file only parses options, calls the library and renders.
+
+Exit codes: 0 success, 2 bad input (one line on stderr naming the field), 130 interrupted,
+1 an internal error (set FABRICJAX_DEBUG=1 for the traceback). JAX is imported inside the
+commands so that `--help` stays instant.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="fabricjax",
+    help="Flow-level analysis of multi-plane AI-training fabrics: ECMP vs packet spraying.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+# Piped output (make demo, CI logs) gets a width that fits the tables.
+out = Console(width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        import fabricjax
+
+        out.print(f"fabricjax {fabricjax.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[Optional[bool], typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = None,
+) -> None:
+    """fabricjax: the tail of link utilisation and collective time, per load-balancing policy."""
+
+
+def _load(scenario: Path, **overrides):
+    from fabricjax.errors import ScenarioError
+    from fabricjax.scenario import load_scenario, with_overrides
+
+    try:
+        loaded = load_scenario(scenario)
+        return with_overrides(loaded, **overrides)
+    except ScenarioError as error:
+        _fail(str(error))
+
+
+def _check_output(path: Optional[Path], option: str) -> None:
+    if path is None:
+        return
+    from fabricjax.report import check_writable
+
+    try:
+        check_writable(path)
+    except OSError as error:
+        _fail(f"{option} {path}: cannot write there ({error})")
+
+
+@app.command()
+def analyze(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    policy: Annotated[Optional[list[str]], typer.Option(
+        "--policy", "-p", help="Policy to evaluate (repeatable): ecmp, spray. "
+        "Default: the scenario's `policies`.")] = None,
+    seed: Annotated[Optional[int], typer.Option(
+        help="Random seed for workload and path draws (overrides the scenario's).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write the full report as JSON to this path (atomically).")] = None,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No progress bar; tables only.")] = False,
+) -> None:
+    """Evaluate each policy on the scenario's workload: utilisation tail and completion time."""
+    config = _load(scenario, policies=policy, seed=seed)
+    _check_output(json_path, "--json")
+    try:
+        report = _run_analysis(config, quiet)
+    except KeyboardInterrupt:
+        _fail("interrupted; nothing was written", 130)
+    from fabricjax.report import (bottleneck_lines, fabric_line, report_dict, time_table,
+                                  utilisation_table, write_json_atomic)
+
+    out.print(f"[bold]{report.scenario}[/]: {fabric_line(report.fabric)}", highlight=False)
+    out.print(utilisation_table(report))
+    out.print(time_table(report))
+    for line in bottleneck_lines(report):
+        out.print(f"  {line}", highlight=False)
+    if json_path is not None:
+        write_json_atomic(report_dict(report), json_path)
+        out.print(f"wrote {json_path}", highlight=False)
+
+
+def _run_analysis(config, quiet: bool):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fabricjax.analysis import analyze as run
+
+    if quiet:
+        return run(config)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task("building", total=None)
+
+        def update(message: str, done: int, total: int) -> None:
+            progress.update(task, description=message, completed=done, total=total)
+
+        return run(config, progress=update)
+
+
+@app.command()
+def topo(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (its `fabric` section).")],
+    json_path: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write the summary as JSON to this path (atomically).")] = None,
+) -> None:
+    """Summarise the fabric: GPUs, switches per tier and plane, links, paths, bisection."""
+    config = _load(scenario)
+    _check_output(json_path, "--json")
+    from fabricjax.fabric import fabric_summary
+    from fabricjax.report import topo_table, write_json_atomic
+
+    summary = fabric_summary(config.fabric)
+    out.print(topo_table(summary))
+    if json_path is not None:
+        write_json_atomic(summary, json_path)
+        out.print(f"wrote {json_path}", highlight=False)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as error:  # a bug, not bad input: say so briefly
+        if os.environ.get("FABRICJAX_DEBUG"):
+            raise
+        err.print(f"[bold red]internal error:[/] {type(error).__name__}: {error} "
+                  "(set FABRICJAX_DEBUG=1 for the traceback)", highlight=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

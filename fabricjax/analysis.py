@@ -1,0 +1,200 @@
+"""`analyze`: scenario in, one record per (policy, workload item) out.
+
+This is the host-side orchestration of the design's data flow: build the fabric and the
+workload (numpy), draw each policy's path slots (numpy), then one jitted solve per phase and
+policy with one transfer in and one out. No numerical work happens here beyond turning the
+per-phase device results into the collective's time and bandwidth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from fabricjax.fabric import TIER_NAMES, Fabric, build_fabric, fabric_summary
+from fabricjax.paths import PathSet, hashed_slots, path_set, spread_slots
+from fabricjax.scenario import Scenario
+from fabricjax.solver import STATUS_OK, status_names
+from fabricjax.workload import Collective, Flows, build_workload
+
+# Stable stream ids so that adding a policy never changes another policy's random draws.
+_POLICY_STREAM = {"ecmp": 1, "spray": 2, "mrc": 3, "optimal": 4}
+TOP_LINKS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyRecord:
+    """One row of the report: one policy on one workload item."""
+
+    policy: str
+    workload: str
+    collective: str
+    gpus: int
+    size_bytes: float
+    steps: int
+    paths_per_flow: int
+    p50_utilisation: float
+    p99_utilisation: float
+    p100_utilisation: float
+    utilisation_by_tier: dict
+    completion_s: float | None
+    ideal_s: float
+    slowdown: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    ideal_busbw_gbps: float
+    min_rate_gbps: float
+    status: str
+    stalled_flows: int
+    rate_rounds: int
+    bottleneck_links: list
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    scenario: str
+    seed: int
+    fabric: dict
+    records: list[PolicyRecord]
+    solver: dict
+
+    def by_policy(self, policy: str) -> list[PolicyRecord]:
+        return [r for r in self.records if r.policy == policy]
+
+
+def offered_demand(flows: Flows, nic_gbps: float, num_gpus: int) -> np.ndarray:
+    """Each GPU offers its full NIC rate, shared equally among the flows it sends."""
+    out_degree = np.bincount(flows.src, minlength=num_gpus)
+    return (nic_gbps / out_degree[flows.src]).astype(np.float32)
+
+
+def policy_paths(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
+                 rng: np.random.Generator) -> PathSet:
+    geom = fabric.geometry
+    if policy == "ecmp":
+        plane, spine = hashed_slots(geom, flows.num_flows, scenario.ecmp.qps, rng)
+    elif policy == "spray":
+        plane, spine = spread_slots(geom, flows.num_flows, scenario.spray.evs, rng)
+    else:  # pragma: no cover - the schema only admits the policies above
+        raise ValueError(f"unknown policy {policy!r}")
+    return path_set(geom, flows.src, flows.dst, plane, spine)
+
+
+def _tier_bounds(fabric: Fabric) -> tuple[tuple[int, int], ...]:
+    g = fabric.geometry
+    return tuple((s, s + n) for s, n in zip(g.tier_starts, g.tier_sizes))
+
+
+def solve_phase(fabric: Fabric, paths: PathSet, flows: Flows, scenario: Scenario,
+                alive: np.ndarray | None = None):
+    """One phase, one uniform split: device in, jitted solve, device out (numpy results)."""
+    import jax
+
+    from fabricjax.solver import solve_uniform_phase
+
+    g = fabric.geometry
+    demand = offered_demand(flows, g.nic_gbps, g.gpus)
+    if alive is None:
+        alive = np.ones(fabric.num_links, dtype=bool)
+    args = jax.device_put((
+        paths.links, demand, flows.size.astype(np.float32), np.full_like(demand, g.nic_gbps),
+        fabric.capacity, alive, np.float32(scenario.solver.eps),
+        np.int32(scenario.solver.max_rounds),
+    ))
+    result = solve_uniform_phase(*args, tier_bounds=_tier_bounds(fabric),
+                                 top_k=min(TOP_LINKS, fabric.num_links))
+    return jax.device_get(result)
+
+
+def _quantile_dict(row: np.ndarray) -> dict:
+    return {"p50": float(row[0]), "p99": float(row[1]), "p100": float(row[2])}
+
+
+def _collective_record(policy: str, collective: Collective, phase_results: list, paths_k: int,
+                       fabric: Fabric, scenario: Scenario) -> PolicyRecord:
+    latency = scenario.solver.step_latency_us * 1e-6
+    worst = max(range(len(phase_results)), key=lambda i: float(phase_results[i].stats[0, 2]))
+    busiest = phase_results[worst]
+    status = STATUS_OK
+    stalled = 0
+    completion = 0.0
+    ideal = 0.0
+    rounds = 0
+    min_rate = np.inf
+    for phase, res in zip(collective.phases, phase_results):
+        status |= int(res.status)
+        stalled += int(res.stalled)
+        rounds = max(rounds, int(res.rounds))
+        completion += phase.repeat * (float(res.phase_time) + latency)
+        ideal += phase.repeat * (float(res.ideal_time) + latency)
+        sending = phase.flows.size > 0
+        if np.any(sending):
+            min_rate = min(min_rate, float(np.min(res.rates[sending])))
+    finished = stalled == 0
+    bits = collective.size * 8e-9
+    algbw = bits / completion if finished and completion > 0 else None
+    by_tier = {name: _quantile_dict(busiest.stats[i + 1]) for i, name in enumerate(TIER_NAMES)}
+    bottlenecks = [
+        {"link": fabric.link_name(int(l)), "utilisation": float(u)}
+        for l, u in zip(busiest.top_links, busiest.top_util) if np.isfinite(u)
+    ]
+    return PolicyRecord(
+        policy=policy,
+        workload=collective.name,
+        collective=collective.kind,
+        gpus=collective.gpus,
+        size_bytes=collective.size,
+        steps=collective.steps,
+        paths_per_flow=paths_k,
+        p50_utilisation=float(busiest.stats[0, 0]),
+        p99_utilisation=float(busiest.stats[0, 1]),
+        p100_utilisation=float(busiest.stats[0, 2]),
+        utilisation_by_tier=by_tier,
+        completion_s=completion if finished else None,
+        ideal_s=ideal,
+        slowdown=completion / ideal if finished and ideal > 0 else None,
+        algbw_gbps=algbw,
+        busbw_gbps=algbw * collective.busbw_factor if algbw is not None else None,
+        ideal_busbw_gbps=bits / ideal * collective.busbw_factor if ideal > 0 else 0.0,
+        min_rate_gbps=float(min_rate) if np.isfinite(min_rate) else 0.0,
+        status="+".join(status_names(status)),
+        stalled_flows=stalled,
+        rate_rounds=rounds,
+        bottleneck_links=bottlenecks,
+    )
+
+
+def analyze(scenario: Scenario, *,
+            progress: Callable[[str, int, int], None] | None = None) -> Report:
+    """Evaluate every policy on every workload item of the scenario."""
+    fabric = build_fabric(scenario.fabric)
+    collectives = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
+    total = len(scenario.policies) * sum(len(c.phases) for c in collectives)
+    done = 0
+    records = []
+    for policy in scenario.policies:
+        for item, collective in enumerate(collectives):
+            phase_results = []
+            for index, phase in enumerate(collective.phases):
+                if progress is not None:
+                    progress(f"{policy}: {collective.name} ({phase.name})", done, total)
+                rng = np.random.default_rng([scenario.seed, _POLICY_STREAM[policy], item, index])
+                paths = policy_paths(policy, scenario, fabric, phase.flows, rng)
+                phase_results.append(solve_phase(fabric, paths, phase.flows, scenario))
+                done += 1
+            records.append(_collective_record(policy, collective, phase_results, paths.slots,
+                                              fabric, scenario))
+    if progress is not None:
+        progress("done", total, total)
+    return Report(
+        scenario=scenario.name,
+        seed=scenario.seed,
+        fabric=fabric_summary(scenario.fabric),
+        records=records,
+        solver=scenario.solver.model_dump(),
+    )

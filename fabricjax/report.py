@@ -1,0 +1,170 @@
+"""Turning a Report into what people read: rich tables, and JSON written atomically.
+
+Contract: nothing here computes a metric; it formats what `analysis` measured. Numbers that
+were not computed (a stalled collective has no completion time) are `None` in JSON and a word
+in tables, never NaN or infinity; `write_json_atomic` writes a temporary file and renames it,
+so a reader never sees half a report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+import fabricjax
+from fabricjax.analysis import Report
+from fabricjax.fabric import TIER_NAMES
+from fabricjax.units import format_bytes, format_seconds
+
+
+def _finite(value: Any) -> Any:
+    """Replace NaN and infinities by None, recursively (a status says why)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def environment() -> dict:
+    import jax
+    import numpy
+
+    return {
+        "fabricjax": fabricjax.__version__,
+        "jax": jax.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        "device": str(jax.devices()[0].platform),
+    }
+
+
+def report_dict(report: Report) -> dict:
+    return _finite({
+        "scenario": report.scenario,
+        "seed": report.seed,
+        "versions": environment(),
+        "fabric": report.fabric,
+        "solver": report.solver,
+        "results": [r.as_dict() for r in report.records],
+    })
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise OSError early (before any computing) if `path` cannot be written."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise IsADirectoryError(f"{path} is a directory")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"directory {parent} is not writable")
+
+
+def write_json_atomic(data: dict, path: str | Path) -> None:
+    target = Path(path)
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                               dir=target.parent if str(target.parent) else ".")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _u(value: float) -> str:
+    return f"{value:.3f}" if math.isfinite(value) else "∞"
+
+
+def _opt(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def fabric_line(fabric: dict) -> str:
+    return (f"{fabric['gpus']:,} GPUs · {fabric['planes']} plane(s) × {fabric['port_gbps']:g}G "
+            f"(NIC {fabric['nic_gbps']:g}G) · radix {fabric['radix']} · {fabric['tiers']} tiers · "
+            f"{fabric['switches_t0']:,} T0 + {fabric['switches_t1']:,} T1 switches · "
+            f"{fabric['links_directed']:,} directed links")
+
+
+def utilisation_table(report: Report) -> Table:
+    table = Table(title="Link utilisation = offered load / capacity (busiest phase)",
+                  title_justify="left")
+    for column in ("policy", "workload", "P50", "P99", "P100"):
+        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    for tier in TIER_NAMES:
+        table.add_column(f"P100 {tier}", justify="right")
+    for r in report.records:
+        tiers = [_u(r.utilisation_by_tier[t]["p100"]) for t in TIER_NAMES]
+        table.add_row(r.policy, r.workload, _u(r.p50_utilisation), _u(r.p99_utilisation),
+                      _u(r.p100_utilisation), *tiers)
+    return table
+
+
+def time_table(report: Report) -> Table:
+    table = Table(title="Collective completion (max-min fair rates, slowest flow per step)",
+                  title_justify="left")
+    for column in ("policy", "workload", "size", "steps", "completion", "ideal", "slowdown",
+                   "busbw Gbit/s", "status"):
+        table.add_column(column, justify="left" if column in ("policy", "workload", "status")
+                         else "right")
+    for r in report.records:
+        status = r.status if r.stalled_flows == 0 else f"{r.status} ({r.stalled_flows} flows)"
+        table.add_row(r.policy, r.workload, format_bytes(r.size_bytes), f"{r.steps:,}",
+                      format_seconds(r.completion_s), format_seconds(r.ideal_s),
+                      _opt(r.slowdown, ".3f") + ("×" if r.slowdown is not None else ""),
+                      _opt(r.busbw_gbps, ".1f"), status)
+    return table
+
+
+def bottleneck_lines(report: Report) -> list[str]:
+    lines = []
+    for r in report.records:
+        if r.bottleneck_links:
+            worst = r.bottleneck_links[0]
+            lines.append(f"{r.policy} / {r.workload}: worst link {worst['link']} at "
+                         f"{_u(worst['utilisation'])}")
+    return lines
+
+
+def topo_table(summary: dict) -> Table:
+    table = Table(title="Fabric", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("GPUs", f"{summary['gpus']:,}"),
+        ("planes × port", f"{summary['planes']} × {summary['port_gbps']:g} Gbit/s "
+                          f"(NIC {summary['nic_gbps']:g} Gbit/s)"),
+        ("switch radix", str(summary["radix"])),
+        ("T0 ports down : up", f"{summary['t0_down_ports']} : {summary['t0_up_ports']}"),
+        ("T0 switches", f"{summary['t0_per_plane']:,} per plane, {summary['switches_t0']:,} total"),
+        ("T1 switches", f"{summary['t1_per_plane']:,} per plane, {summary['switches_t1']:,} total"),
+        ("switches", f"{summary['switches']:,}"),
+        ("links (directed)", f"{summary['links_directed']:,}"),
+        ("cables (host + fabric)",
+         f"{summary['cables']:,} ({summary['host_cables']:,} + {summary['fabric_cables']:,})"),
+        ("paths per GPU pair", f"{summary['paths_cross_t0']:,} across T0s, "
+                               f"{summary['paths_same_t0']} under one T0"),
+        ("bisection bandwidth", f"{summary['bisection_gbps'] / 1000:,.1f} Tbit/s "
+                                f"({'full' if summary['full_bisection'] else 'oversubscribed'})"),
+        ("two-tier reach at this radix", f"{summary['max_gpus_two_tiers']:,} GPUs"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

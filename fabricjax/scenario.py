@@ -1,0 +1,338 @@
+"""Scenario files: YAML in, a validated `Scenario` out, or one `ScenarioError` naming the field.
+
+The loader reads with `yaml.safe_load` only (no tags that build objects), validates with
+pydantic models that forbid unknown fields, then checks what a schema cannot: that the fabric
+is buildable and that the workload's GPUs exist. Every field has a default a user would expect,
+so ``fabric: {gpus: 1024}`` plus one workload line is a complete scenario.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from fabricjax.errors import ScenarioError
+from fabricjax.units import parse_rate_gbps, parse_size
+
+POLICIES = ("ecmp", "spray")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FabricConfig(_Strict):
+    """A two-tier multi-plane Clos: every GPU has one port per plane to a T0 of that plane,
+    every T0 has one link to every T1 (spine) of its plane."""
+
+    kind: Literal["multiplane-clos"] = "multiplane-clos"
+    gpus: int = Field(1024, ge=2)
+    planes: int = Field(8, ge=1, le=64)
+    port_gbps: float = 100.0
+    radix: int = Field(64, ge=2)
+    oversubscription: float = Field(1.0, ge=1.0)
+    tiers: Literal[2] = 2
+
+    @field_validator("port_gbps", mode="before")
+    @classmethod
+    def _rate(cls, value: Any) -> float:
+        return parse_rate_gbps(value)
+
+
+class _WorkloadBase(_Strict):
+    name: str | None = None
+    size: float = 2**30
+    gpus: Literal["all"] | Annotated[int, Field(ge=2)] | list[int] = "all"
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> float:
+        return parse_size(value)
+
+
+class PermutationConfig(_WorkloadBase):
+    """Every GPU sends `size` bytes to one other GPU, all at once (one phase).
+
+    `shift: k` sends GPU i to GPU i+k (mod N) in job order; without it the destinations are a
+    random derangement (one random cycle), seeded."""
+
+    collective: Literal["permutation"]
+    shift: int | None = None
+
+
+class AllReduceConfig(_WorkloadBase):
+    """NCCL-style all-reduce of `size` bytes; `ring`: 2(N-1) steps, each GPU sends size/N to
+    its ring neighbour. `order: random` shuffles the ring (a scheduler's scattered GPUs)."""
+
+    collective: Literal["all-reduce"]
+    algorithm: Literal["ring"] = "ring"
+    order: Literal["linear", "random"] = "linear"
+
+
+WorkloadConfig = Annotated[
+    Union[PermutationConfig, AllReduceConfig], Field(discriminator="collective")
+]
+
+
+class EcmpConfig(_Strict):
+    """Per-flow ECMP: `qps` queue pairs per plane (per NIC port), each hashed onto one spine."""
+
+    qps: int = Field(1, ge=1, le=1024)
+
+
+class SprayConfig(_Strict):
+    """Oblivious spraying over `evs` entropy values (path slots), equal per plane."""
+
+    evs: int = Field(128, ge=1, le=4096)
+
+
+class SolverConfig(_Strict):
+    """Max-min rate solver and time model.
+
+    `eps`: progressive filling freezes every link within (1+eps) of the lowest fill level in one
+    round (0 = exact). `max_rounds` bounds the rounds; hitting it is reported as a status.
+    `step_latency_us` is added once per collective step."""
+
+    eps: float = Field(1e-3, ge=0.0, le=0.5)
+    max_rounds: int = Field(2000, ge=1, le=1_000_000)
+    step_latency_us: float = Field(0.0, ge=0.0)
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    fabric: FabricConfig = FabricConfig()
+    workload: list[WorkloadConfig] = Field(min_length=1)
+    policies: list[Literal["ecmp", "spray"]] = Field(default=list(POLICIES), min_length=1)
+    ecmp: EcmpConfig = EcmpConfig()
+    spray: SprayConfig = SprayConfig()
+    solver: SolverConfig = SolverConfig()
+
+    @field_validator("policies")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"each policy may appear once, got {value}")
+        return value
+
+
+# --------------------------------------------------------------------------- geometry checks
+
+def two_tier_ports(fabric: FabricConfig) -> tuple[int, int]:
+    """(down, up) ports of a T0 for the radix and oversubscription (down:up ratio)."""
+    up = fabric.radix / (1.0 + fabric.oversubscription)
+    return fabric.radix - round(up), round(up)
+
+
+def check_fabric(fabric: FabricConfig) -> None:
+    """Raise a ScenarioError for a fabric that cannot be built."""
+    if fabric.radix % 2:
+        raise ScenarioError("fabric.radix", f"must be even (got {fabric.radix})")
+    up_exact = fabric.radix / (1.0 + fabric.oversubscription)
+    if abs(up_exact - round(up_exact)) > 1e-9 or round(up_exact) < 1:
+        raise ScenarioError(
+            "fabric.oversubscription",
+            f"{fabric.oversubscription:g} does not split radix {fabric.radix} into whole "
+            f"down:up port counts; allowed: ratios d/u with d + u = {fabric.radix}, e.g. 1, 3",
+        )
+    down, _ = two_tier_ports(fabric)
+    reach = fabric.radix * down
+    if fabric.gpus > reach:
+        raise ScenarioError(
+            "fabric.gpus",
+            f"{fabric.gpus} GPUs exceed what two tiers of radix {fabric.radix} reach "
+            f"({fabric.radix} T0s x {down} GPUs = {reach}); allowed: 2..{reach}",
+        )
+
+
+def check_workload(scenario: Scenario) -> None:
+    n = scenario.fabric.gpus
+    for i, item in enumerate(scenario.workload):
+        field = f"workload[{i}].gpus"
+        if isinstance(item.gpus, int):
+            if item.gpus > n:
+                raise ScenarioError(field, f"{item.gpus} GPUs requested but the fabric has {n}")
+        elif isinstance(item.gpus, list):
+            if len(item.gpus) < 2:
+                raise ScenarioError(field, "a job needs at least 2 GPUs")
+            bad = [g for g in item.gpus if not 0 <= g < n]
+            if bad:
+                raise ScenarioError(field, f"GPU {bad[0]} does not exist; allowed: 0..{n - 1}")
+            if len(set(item.gpus)) != len(item.gpus):
+                raise ScenarioError(field, "lists a GPU more than once")
+        if isinstance(item, PermutationConfig) and item.shift is not None:
+            size = job_size(item, n)
+            if item.shift % size == 0:
+                raise ScenarioError(
+                    f"workload[{i}].shift",
+                    f"{item.shift} maps every GPU onto itself in a {size}-GPU job; "
+                    f"allowed: any integer not a multiple of {size}",
+                )
+
+
+def job_size(item: PermutationConfig | AllReduceConfig, fabric_gpus: int) -> int:
+    if item.gpus == "all":
+        return fabric_gpus
+    if isinstance(item.gpus, int):
+        return item.gpus
+    return len(item.gpus)
+
+
+# --------------------------------------------------------------------------- error messages
+
+def _strip_optional(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _strip_optional(typing.get_args(annotation)[0])
+    return annotation
+
+
+def _allowed_fields(loc: tuple) -> list[str] | None:
+    """Field names allowed at `loc` (the parent of an unknown key), walking the models."""
+    node: Any = Scenario
+    for part in loc:
+        node = _strip_optional(node)
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            if part not in node.model_fields:
+                return None
+            node = node.model_fields[part].annotation
+            continue
+        origin = typing.get_origin(node)
+        if origin is list and isinstance(part, int):
+            node = typing.get_args(node)[0]
+            continue
+        if origin in (Union, types.UnionType) and isinstance(part, str):
+            variants = [
+                v for v in typing.get_args(node)
+                if isinstance(v, type) and issubclass(v, BaseModel)
+                and "collective" in v.model_fields
+                and part in typing.get_args(v.model_fields["collective"].annotation)
+            ]
+            if not variants:
+                return None
+            node = variants[0]
+            continue
+        return None
+    node = _strip_optional(node)
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        return list(node.model_fields)
+    return None
+
+
+def _field_path(loc: tuple) -> tuple[str, tuple]:
+    """Dotted path for a pydantic loc; drops union tags (``permutation``) from the text."""
+    parts: list[str] = []
+    kept: list[Any] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        elif i > 0 and isinstance(loc[i - 1], int) and loc[0] == "workload" and i == 2:
+            kept.append(part)  # discriminated-union tag: keep for lookup, hide from user
+            continue
+        else:
+            parts.append(("." if parts else "") + str(part))
+        kept.append(part)
+    return "".join(parts), tuple(loc)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _format_validation_error(err: pydantic.ValidationError) -> ScenarioError:
+    first = err.errors()[0]
+    loc = tuple(first["loc"])
+    path, _ = _field_path(loc)
+    kind = first["type"]
+    msg = first["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if kind == "extra_forbidden":
+        allowed = _allowed_fields(loc[:-1])
+        message = f"unknown field {loc[-1]!r}"
+        if allowed:
+            message += f"; allowed: {', '.join(allowed)}"
+    elif kind == "missing":
+        message = "required field is missing"
+    elif kind in ("union_tag_invalid", "union_tag_not_found"):
+        message = msg.replace("Input tag", "collective").replace(" using 'collective'", "")
+    else:
+        message = msg[0].lower() + msg[1:] if msg else kind
+        if "input" in first and "got" not in message:
+            message += f" (got {_short(first['input'])})"
+    more = len(err.errors()) - 1
+    if more:
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ScenarioError(path, message)
+
+
+# --------------------------------------------------------------------------- loading
+
+def parse_scenario(data: Any, *, default_name: str = "scenario") -> Scenario:
+    """Validate already-parsed YAML data into a Scenario (raises ScenarioError)."""
+    if data is None:
+        raise ScenarioError("", "the file is empty; a scenario needs at least a 'workload'")
+    if not isinstance(data, dict):
+        raise ScenarioError(
+            "", f"expected a mapping of fields at the top level, got {type(data).__name__}"
+        )
+    data = dict(data)
+    data.setdefault("name", default_name)
+    try:
+        scenario = Scenario.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise _format_validation_error(err) from None
+    check_fabric(scenario.fabric)
+    check_workload(scenario)
+    return scenario
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read, parse and validate a scenario file; every failure is a ScenarioError."""
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ScenarioError("", "no such file", source) from None
+    except IsADirectoryError:
+        raise ScenarioError("", "is a directory, expected a YAML scenario file", source) from None
+    except OSError as err:
+        raise ScenarioError("", f"cannot read: {err.strerror}", source) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError("", "is not UTF-8 text; expected a YAML scenario file", source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "unparseable"
+        raise ScenarioError("", f"is not valid YAML ({problem}{where})", source) from None
+    except RecursionError:
+        raise ScenarioError("", "is nested too deeply to be a scenario", source) from None
+    try:
+        return parse_scenario(data, default_name=path.stem)
+    except ScenarioError as err:
+        raise err.with_source(source) from None
+
+
+def with_overrides(scenario: Scenario, **fields: Any) -> Scenario:
+    """A copy with top-level fields replaced (command-line overrides win over the file)."""
+    data = scenario.model_dump()
+    data.update({k: v for k, v in fields.items() if v is not None})
+    try:
+        out = Scenario.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise _format_validation_error(err) from None
+    return out
+
