@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(
     name="fabricjax",
@@ -29,7 +30,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -63,7 +64,7 @@ def _load(scenario: Path, **overrides):
 def _check_output(path: Optional[Path], option: str) -> None:
     if path is None:
         return
-    from fabricjax.report import check_writable
+    from fabricjax.output import check_writable
 
     try:
         check_writable(path)
@@ -149,8 +150,8 @@ def main() -> None:
     except Exception as error:  # a bug, not bad input: say so briefly
         if os.environ.get("FABRICJAX_DEBUG"):
             raise
-        err.print(f"[bold red]internal error:[/] {type(error).__name__}: {error} "
-                  "(set FABRICJAX_DEBUG=1 for the traceback)", highlight=False)
+        err.print(f"[bold red]internal error:[/] {type(error).__name__}: {escape(str(error))} "
+                  "(set FABRICJAX_DEBUG=1 for the traceback)", highlight=False, soft_wrap=True)
         sys.exit(1)
 
 

@@ -73,16 +73,22 @@ def offered_demand(flows: Flows, nic_gbps: float, num_gpus: int) -> np.ndarray:
     return (nic_gbps / out_degree[flows.src]).astype(np.float32)
 
 
-def policy_paths(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
-                 rng: np.random.Generator) -> PathSet:
+def policy_slots(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(plane, spine) int32[F, K] of each flow's path slots under `policy`."""
     geom = fabric.geometry
     if policy == "ecmp":
-        plane, spine = hashed_slots(geom, flows.num_flows, scenario.ecmp.qps, rng)
-    elif policy == "spray":
-        plane, spine = spread_slots(geom, flows.num_flows, scenario.spray.evs, rng)
-    else:  # pragma: no cover - the schema only admits the policies above
-        raise ValueError(f"unknown policy {policy!r}")
-    return path_set(geom, flows.src, flows.dst, plane, spine)
+        return hashed_slots(geom, flows.num_flows, scenario.ecmp.qps, rng)
+    if policy == "spray":
+        return spread_slots(geom, flows.num_flows, scenario.spray.evs, rng)
+    raise ValueError(f"unknown policy {policy!r}")  # pragma: no cover - schema forbids
+
+
+def policy_paths(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
+                 rng: np.random.Generator) -> PathSet:
+    """The same slots as `policy_slots`, with link ids materialised on the host."""
+    plane, spine = policy_slots(policy, scenario, fabric, flows, rng)
+    return path_set(fabric.geometry, flows.src, flows.dst, plane, spine)
 
 
 def _tier_bounds(fabric: Fabric) -> tuple[tuple[int, int], ...]:
@@ -90,24 +96,41 @@ def _tier_bounds(fabric: Fabric) -> tuple[tuple[int, int], ...]:
     return tuple((s, s + n) for s, n in zip(g.tier_starts, g.tier_sizes))
 
 
-def solve_phase(fabric: Fabric, paths: PathSet, flows: Flows, scenario: Scenario,
-                alive: np.ndarray | None = None):
-    """One phase, one uniform split: device in, jitted solve, device out (numpy results)."""
-    import jax
-
-    from fabricjax.solver import solve_uniform_phase
-
+def _phase_inputs(fabric: Fabric, flows: Flows, scenario: Scenario, alive: np.ndarray | None):
     g = fabric.geometry
     demand = offered_demand(flows, g.nic_gbps, g.gpus)
     if alive is None:
         alive = np.ones(fabric.num_links, dtype=bool)
-    args = jax.device_put((
-        paths.links, demand, flows.size.astype(np.float32), np.full_like(demand, g.nic_gbps),
-        fabric.capacity, alive, np.float32(scenario.solver.eps),
-        np.int32(scenario.solver.max_rounds),
-    ))
+    return (demand, flows.size.astype(np.float32), np.full_like(demand, g.nic_gbps),
+            fabric.capacity, alive, np.float32(scenario.solver.eps),
+            np.int32(scenario.solver.max_rounds))
+
+
+def solve_phase(fabric: Fabric, paths: PathSet, flows: Flows, scenario: Scenario,
+                alive: np.ndarray | None = None):
+    """One phase over a materialised PathSet (uniform split): device in, jitted solve, out."""
+    import jax
+
+    from fabricjax.solver import solve_uniform_phase
+
+    args = jax.device_put((paths.links, *_phase_inputs(fabric, flows, scenario, alive)))
     result = solve_uniform_phase(*args, tier_bounds=_tier_bounds(fabric),
                                  top_k=min(TOP_LINKS, fabric.num_links))
+    return jax.device_get(result)
+
+
+def solve_slots(fabric: Fabric, flows: Flows, plane: np.ndarray, spine: np.ndarray,
+                scenario: Scenario, alive: np.ndarray | None = None):
+    """One phase given slot choices; the Clos link ids are computed on the device (what
+    `analyze` uses: [F, K] slots cross to the device instead of [F, K, H] link ids)."""
+    import jax
+
+    from fabricjax.paths import solve_clos_uniform_phase
+
+    args = jax.device_put((flows.src, flows.dst, plane, spine,
+                           *_phase_inputs(fabric, flows, scenario, alive)))
+    result = solve_clos_uniform_phase(fabric.geometry, *args, tier_bounds=_tier_bounds(fabric),
+                                      top_k=min(TOP_LINKS, fabric.num_links))
     return jax.device_get(result)
 
 
@@ -184,11 +207,11 @@ def analyze(scenario: Scenario, *,
                 if progress is not None:
                     progress(f"{policy}: {collective.name} ({phase.name})", done, total)
                 rng = np.random.default_rng([scenario.seed, _POLICY_STREAM[policy], item, index])
-                paths = policy_paths(policy, scenario, fabric, phase.flows, rng)
-                phase_results.append(solve_phase(fabric, paths, phase.flows, scenario))
+                plane, spine = policy_slots(policy, scenario, fabric, phase.flows, rng)
+                phase_results.append(solve_slots(fabric, phase.flows, plane, spine, scenario))
                 done += 1
-            records.append(_collective_record(policy, collective, phase_results, paths.slots,
-                                              fabric, scenario))
+            records.append(_collective_record(policy, collective, phase_results,
+                                              plane.shape[1], fabric, scenario))
     if progress is not None:
         progress("done", total, total)
     return Report(

@@ -15,11 +15,15 @@ as a switch's ECMP hash does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.fabric import ClosGeometry
+from fabricjax.solver import PhaseResult, uniform_phase
 
 HOPS = 4
 
@@ -94,3 +98,14 @@ def path_set(geom: ClosGeometry, src: np.ndarray, dst: np.ndarray, plane: np.nda
     links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine)
     return PathSet(links=np.ascontiguousarray(links, dtype=np.int32),
                    plane=np.ascontiguousarray(plane), spine=np.ascontiguousarray(spine))
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("tier_bounds", "top_k"))
+def solve_clos_uniform_phase(geom: ClosGeometry, src, dst, plane, spine, demand, size_bytes,
+                             flow_cap, capacity, alive, eps, max_rounds, *, tier_bounds,
+                             top_k) -> PhaseResult:
+    """`solver.uniform_phase` with the [F, K, H] link ids derived on the device from the
+    [F, K] slot choices (the same ids `path_set` stores; a quarter of the transfer)."""
+    links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
+    return uniform_phase(links, demand, size_bytes, flow_cap, capacity, alive, eps, max_rounds,
+                         tier_bounds=tier_bounds, top_k=top_k)

@@ -2,18 +2,13 @@
 
 Contract: nothing here computes a metric; it formats what `analysis` measured. Numbers that
 were not computed (a stalled collective has no completion time) are `None` in JSON and a word
-in tables, never NaN or infinity; `write_json_atomic` writes a temporary file and renames it,
-so a reader never sees half a report.
+in tables, never NaN or infinity; files are written by `fabricjax.output`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import platform
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -21,6 +16,7 @@ from rich.table import Table
 import fabricjax
 from fabricjax.analysis import Report
 from fabricjax.fabric import TIER_NAMES
+from fabricjax.output import check_writable, write_json_atomic  # noqa: F401 (re-export)
 from fabricjax.units import format_bytes, format_seconds
 
 
@@ -57,35 +53,6 @@ def report_dict(report: Report) -> dict:
         "solver": report.solver,
         "results": [r.as_dict() for r in report.records],
     })
-
-
-def check_writable(path: str | Path) -> None:
-    """Raise OSError early (before any computing) if `path` cannot be written."""
-    target = Path(path)
-    parent = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise IsADirectoryError(f"{path} is a directory")
-    if not parent.is_dir():
-        raise FileNotFoundError(f"directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise PermissionError(f"directory {parent} is not writable")
-
-
-def write_json_atomic(data: dict, path: str | Path) -> None:
-    target = Path(path)
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                               dir=target.parent if str(target.parent) else ".")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _u(value: float) -> str:

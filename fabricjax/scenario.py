@@ -21,10 +21,12 @@ from fabricjax.errors import ScenarioError
 from fabricjax.units import parse_rate_gbps, parse_size
 
 POLICIES = ("ecmp", "spray")
+COLLECTIVES = ("permutation", "all-reduce")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML's `yes`/`true` must not pass as the integer 1 (`planes: yes`).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class FabricConfig(_Strict):
@@ -35,7 +37,7 @@ class FabricConfig(_Strict):
     gpus: int = Field(1024, ge=2)
     planes: int = Field(8, ge=1, le=64)
     port_gbps: float = 100.0
-    radix: int = Field(64, ge=2)
+    radix: int = Field(64, ge=2, le=4096)
     oversubscription: float = Field(1.0, ge=1.0)
     tiers: Literal[2] = 2
 
@@ -48,7 +50,21 @@ class FabricConfig(_Strict):
 class _WorkloadBase(_Strict):
     name: str | None = None
     size: float = 2**30
-    gpus: Literal["all"] | Annotated[int, Field(ge=2)] | list[int] = "all"
+    gpus: Literal["all"] | int | list[int] = "all"
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value: Any) -> Any:
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+        if value == "all" and isinstance(value, str):
+            return value
+        if is_int(value) and value >= 2:
+            return value
+        if isinstance(value, list) and all(is_int(v) for v in value):
+            return value
+        raise ValueError(f"allowed: 'all', a GPU count >= 2, or a list of GPU ids "
+                         f"(got {_short(value)})")
 
     @field_validator("size", mode="before")
     @classmethod
@@ -99,7 +115,7 @@ class SolverConfig(_Strict):
     round (0 = exact). `max_rounds` bounds the rounds; hitting it is reported as a status.
     `step_latency_us` is added once per collective step."""
 
-    eps: float = Field(1e-3, ge=0.0, le=0.5)
+    eps: float = Field(0.01, ge=0.0, le=0.5)
     max_rounds: int = Field(2000, ge=1, le=1_000_000)
     step_latency_us: float = Field(0.0, ge=0.0)
 
@@ -263,7 +279,12 @@ def _format_validation_error(err: pydantic.ValidationError) -> ScenarioError:
     elif kind == "missing":
         message = "required field is missing"
     elif kind in ("union_tag_invalid", "union_tag_not_found"):
-        message = msg.replace("Input tag", "collective").replace(" using 'collective'", "")
+        path += ".collective"
+        allowed = ", ".join(repr(c) for c in COLLECTIVES)
+        if kind == "union_tag_invalid":
+            message = f"unknown collective {_short(first['ctx']['tag'])}; allowed: {allowed}"
+        else:
+            message = f"required field is missing; allowed: {allowed}"
     else:
         message = msg[0].lower() + msg[1:] if msg else kind
         if "input" in first and "got" not in message:
@@ -295,6 +316,21 @@ def parse_scenario(data: Any, *, default_name: str = "scenario") -> Scenario:
     return scenario
 
 
+class _SafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader whose scalar constructors report a bad value (`2024-13-45`, `!!int abc`)
+    as a ConstructorError at the value's line, not a bare ValueError/KeyError/AttributeError."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep=deep)
+        except (yaml.YAMLError, RecursionError):
+            raise
+        except Exception as err:  # PyYAML's scalar constructors raise bare Python errors
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {_short(node.value)} as {node.tag}: {err}",
+                node.start_mark) from None
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read, parse and validate a scenario file; every failure is a ScenarioError."""
     path = Path(path)
@@ -312,7 +348,7 @@ def load_scenario(path: str | Path) -> Scenario:
     except UnicodeDecodeError:
         raise ScenarioError("", "is not UTF-8 text; expected a YAML scenario file", source) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -64,71 +64,81 @@ class MaxMin(NamedTuple):
 def max_min_rates(links: jax.Array, weights: jax.Array, flow_cap: jax.Array,
                   capacity: jax.Array, *, eps: jax.Array | float = 0.0,
                   max_rounds: jax.Array | int = 10_000) -> MaxMin:
-    """Max-min fair flow rates for fixed per-flow path splits, by progressive filling.
+    """Max-min fair flow rates for fixed per-flow path splits (progressive filling).
 
-    A flow at rate r puts r * weights[f, k] on every hop of slot k. All unfrozen flows rise
-    together; a round raises them to the next level where a link saturates (or a flow reaches
-    its cap, e.g. its NIC rate), then freezes every unfrozen flow that crosses a saturated link
-    with positive weight. With eps > 0 every link that would saturate within a factor (1 + eps)
-    of that level counts as saturated too, which bounds the number of rounds at the price of
-    rates up to eps low (the slowest flow's rate is exact). `capacity` is float[L+1] with 0 on
-    dead links and inf on the sentinel. Bertsekas & Gallager, Data Networks, sec. 6.5.2.
+    A flow at rate r puts r * weights[f, k] on every hop of slot k; `flow_cap` (the NIC rate)
+    bounds each flow; `capacity` is float[L+1], 0 on dead links and inf on the sentinel.
 
-    Rather than re-scattering every round, per-link totals of the still-active flows (`growth`
-    and an exact integer `count`) are kept and decremented by what the round froze, so a round
-    costs one scatter and one gather over the F*K*H entries.
+    Plain progressive filling (Bertsekas & Gallager, Data Networks, sec. 6.5.2) raises all
+    unfrozen flows together and freezes the flows of one saturated link per round, so its
+    round count grows with the number of distinct rate levels (hundreds at scale). Here every
+    round freezes *every* local bottleneck at once: a link whose fair share (residual capacity
+    / active weight through it) is the smallest share along every active flow that crosses it.
+    Shares only grow as other flows freeze, so such a link saturates exactly at that share in
+    the sequential algorithm too and the result is the same max-min allocation, in as many
+    rounds as the bottleneck dependency chain is deep (the idea of the parallel water-filling
+    algorithms, e.g. Ros-Giralt et al., "On the bottleneck structure of congestion-controlled
+    networks", 2019). With eps > 0 a link within a factor (1 + eps) of being a local bottleneck
+    counts as one, which can only lower rates (by at most that factor) and never breaks a
+    capacity; every frozen flow still gets its own exact share along its path.
+
+    Per round: two gathers and two scatters over the F*K*H (flow, slot, hop) entries.
     """
     num_segments = capacity.shape[0]
     num_flows = links.shape[0]
     ids = links.reshape(-1)
     w = _entries(weights, links)
     uses = w > 0
-
-    def segsum(x):
-        return jax.ops.segment_sum(x, ids, num_segments=num_segments)
-
-    growth0 = segsum(w)
-    count0 = segsum(uses.astype(jnp.int32))
-    has_path = weights.sum(axis=1) > 0
     eps = jnp.asarray(eps, jnp.float32)
     max_rounds = jnp.asarray(max_rounds, jnp.int32)
+    has_path = weights.sum(axis=1) > 0
 
-    # state: rates, frozen, level, growth, count, frozen_load, rounds
-    init = (jnp.zeros(num_flows, jnp.float32), ~has_path, jnp.float32(0.0), growth0, count0,
+    def per_entry(x):
+        return jnp.broadcast_to(x[:, None, None], links.shape).reshape(-1)
+
+    growth0 = jax.ops.segment_sum(w, ids, num_segments=num_segments)
+    # state: rates, frozen, level (common rate of the active flows), growth (active weight per
+    # link), frozen_load (load of the frozen flows per link), rounds
+    init = (jnp.zeros(num_flows, jnp.float32), ~has_path, jnp.float32(0.0), growth0,
             jnp.zeros(num_segments, jnp.float32), jnp.int32(0))
 
     def cond(state):
-        _, frozen, _, _, _, _, rounds = state
+        _, frozen, _, _, _, rounds = state
         return jnp.any(~frozen) & (rounds < max_rounds)
 
     def body(state):
-        rates, frozen, level, growth, count, frozen_load, rounds = state
+        rates, frozen, level, growth, frozen_load, rounds = state
         active = ~frozen
-        carried = count > 0
         residual = jnp.maximum(capacity - frozen_load - level * growth, 0.0)
-        ratio = jnp.where(carried & (growth > 0), residual / jnp.where(carried, growth, 1.0),
-                          jnp.inf)
-        ratio = jnp.where(carried & (growth <= 0), jnp.inf, ratio)
-        link_step = jnp.min(ratio)
-        flow_step = jnp.min(jnp.where(active, flow_cap - level, jnp.inf))
-        step = jnp.maximum(jnp.minimum(link_step, flow_step), 0.0)
-        new_level = level + step
-        # f32 tolerance so that the argmin link itself always counts as saturated.
-        bar = new_level * (1.0 + eps + 1e-5) + 1e-6
-        saturated = carried & (level + ratio <= bar)
-        hit = jnp.any((saturated[ids] & uses).reshape(num_flows, -1), axis=1)
-        capped = new_level >= flow_cap * (1.0 - 1e-6)
+        share = jnp.where(growth > 0, residual / jnp.where(growth > 0, growth, 1.0), jnp.inf)
+        live = uses & per_entry(active)
+        # each active flow's tightest extra rate: its smallest link share, or its cap
+        path_share = jnp.min(jnp.where(live, share[ids], jnp.inf).reshape(num_flows, -1), axis=1)
+        room = flow_cap - level
+        extra = jnp.where(active, jnp.maximum(jnp.minimum(path_share, room), 0.0), jnp.inf)
+        # each link's most constrained active flow; a link is a local bottleneck when its own
+        # share is that small (f32 tolerance so the global minimum always qualifies)
+        link_extra = jax.ops.segment_min(jnp.where(live, per_entry(extra), jnp.inf), ids,
+                                         num_segments=num_segments)
+        slack = (level + link_extra) * (eps + 1e-5) + 1e-6
+        bottleneck = jnp.isfinite(link_extra) & (share <= link_extra + slack)
+        hit = jnp.any((bottleneck[ids] & live).reshape(num_flows, -1), axis=1)
+        capped = room <= extra + (level + extra) * 1e-6 + 1e-6
         newly = active & (hit | capped)
-        rates = jnp.where(active, new_level, rates)
-        newly_e = jnp.broadcast_to(newly[:, None, None], links.shape).reshape(-1)
-        dw = segsum(jnp.where(newly_e, w, 0.0))
-        dc = segsum((newly_e & uses).astype(jnp.int32))
-        count = count - dc
-        growth = jnp.where(count > 0, growth - dw, 0.0)
-        frozen_load = frozen_load + new_level * dw
-        return rates, frozen | newly, new_level, growth, count, frozen_load, rounds + 1
+        new_rates = jnp.where(newly, level + extra, rates)
+        still = active & ~newly
+        step = jnp.min(jnp.where(still, extra, jnp.inf))
+        new_level = jnp.where(jnp.isfinite(step), level + step, level)
+        new_rates = jnp.where(still, new_level, new_rates)
+        frozen_w = jnp.where(per_entry(newly), w, 0.0)
+        delta = jax.ops.segment_sum(
+            jnp.stack([frozen_w, frozen_w * per_entry(new_rates)], axis=1), ids,
+            num_segments=num_segments)
+        growth = jnp.maximum(growth - delta[:, 0], 0.0)
+        return (new_rates, frozen | newly, new_level, growth, frozen_load + delta[:, 1],
+                rounds + 1)
 
-    rates, frozen, _, _, _, _, rounds = jax.lax.while_loop(cond, body, init)
+    rates, frozen, _, _, _, rounds = jax.lax.while_loop(cond, body, init)
     status = jnp.where(jnp.all(frozen), STATUS_OK, STATUS_ROUND_LIMIT).astype(jnp.int32)
     return MaxMin(rates=rates, rounds=rounds, status=status)
 
@@ -210,11 +220,14 @@ def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive
     )
 
 
-@functools.partial(jax.jit, static_argnames=("tier_bounds", "top_k"))
-def solve_uniform_phase(links, demand, size_bytes, flow_cap, capacity, alive, eps, max_rounds,
-                        *, tier_bounds, top_k) -> PhaseResult:
+def uniform_phase(links, demand, size_bytes, flow_cap, capacity, alive, eps, max_rounds, *,
+                  tier_bounds, top_k) -> PhaseResult:
     """ECMP and spraying: each flow split equally over its live path slots, then evaluated."""
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
     weights = uniform_live_split(links, alive_ext)
     return evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive,
                           eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
+
+
+solve_uniform_phase = jax.jit(uniform_phase, static_argnames=("tier_bounds", "top_k"))
+solve_uniform_phase.__doc__ = "Jitted `uniform_phase` over stored link ids [F, K, H]."

@@ -25,12 +25,20 @@ SIZE_HELP = "a byte count such as 1048576, '4MB', '256MiB' or '1GiB'"
 RATE_HELP = "a rate in Gbit/s such as 100, '100G', '800Gbps' or '1.6T'"
 
 
+def _to_float(value: int | float) -> float:
+    """float(value), with integers too large for a double read as infinity (rejected later)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def parse_size(value: object) -> float:
     """Bytes as a float (byte counts above 2^31 must not pass through int32)."""
     if isinstance(value, bool):
         raise ValueError(f"expected {SIZE_HELP}, got {value!r}")
     if isinstance(value, (int, float)):
-        number = float(value)
+        number = _to_float(value)
     elif isinstance(value, str):
         match = _SIZE_RE.match(value)
         unit = match.group(2).lower() if match else None
@@ -40,7 +48,7 @@ def parse_size(value: object) -> float:
     else:
         raise ValueError(f"expected {SIZE_HELP}, got {value!r}")
     if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"must be a positive size ({SIZE_HELP}), got {value!r}")
+        raise ValueError(f"must be a positive size ({SIZE_HELP}), got {_short(value)}")
     return number
 
 
@@ -49,7 +57,7 @@ def parse_rate_gbps(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected {RATE_HELP}, got {value!r}")
     if isinstance(value, (int, float)):
-        number = float(value)
+        number = _to_float(value)
     elif isinstance(value, str):
         match = _RATE_RE.match(value)
         if match is None:
@@ -58,8 +66,13 @@ def parse_rate_gbps(value: object) -> float:
     else:
         raise ValueError(f"expected {RATE_HELP}, got {value!r}")
     if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"must be a positive rate ({RATE_HELP}), got {value!r}")
+        raise ValueError(f"must be a positive rate ({RATE_HELP}), got {_short(value)}")
     return number
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def format_bytes(num_bytes: float) -> str:

@@ -1,0 +1,42 @@
+"""Writing output files so that nothing half-written is ever left behind (no JAX import here).
+
+`check_writable` runs before any computing so a bad path fails fast; `write_json_atomic`
+writes a temporary file in the target's directory, fsyncs it and renames it over the target.
+JSON is written with allow_nan=False: a NaN reaching a report is a bug, not a number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise OSError early (before any computing) if `path` cannot be written."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise IsADirectoryError(f"{path} is a directory")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"directory {parent} is not writable")
+
+
+def write_json_atomic(data: dict, path: str | Path) -> None:
+    target = Path(path)
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                               dir=target.parent if str(target.parent) else ".")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
