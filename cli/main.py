@@ -18,7 +18,8 @@ from rich.markup import escape
 
 app = typer.Typer(
     name="fabricjax",
-    help="Flow-level analysis of multi-plane AI-training fabrics: ECMP vs packet spraying.",
+    help="Flow-level analysis of multi-plane AI-training fabrics: ECMP vs packet spraying vs "
+    "MRC adaptive spraying, against the optimal bound.",
     context_settings={"help_option_names": ["-h", "--help"]},
     add_completion=False,
     no_args_is_help=True,
@@ -76,12 +77,15 @@ def _check_output(path: Optional[Path], option: str) -> None:
 def analyze(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
     policy: Annotated[Optional[list[str]], typer.Option(
-        "--policy", "-p", help="Policy to evaluate (repeatable): ecmp, spray. "
+        "--policy", "-p", help="Policy to evaluate (repeatable): ecmp, spray, mrc, optimal. "
         "Default: the scenario's `policies`.")] = None,
     seed: Annotated[Optional[int], typer.Option(
         help="Random seed for workload and path draws (overrides the scenario's).")] = None,
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", help="Write the full report as JSON to this path (atomically).")] = None,
+    trace: Annotated[bool, typer.Option(
+        "--trace", help="Record mrc's P100 after every iteration (printed, and in the JSON "
+        "as `trace`).")] = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar; tables only.")] = False,
 ) -> None:
@@ -89,29 +93,33 @@ def analyze(
     config = _load(scenario, policies=policy, seed=seed)
     _check_output(json_path, "--json")
     try:
-        report = _run_analysis(config, quiet)
+        report = _run_analysis(config, quiet, trace)
     except KeyboardInterrupt:
         _fail("interrupted; nothing was written", 130)
-    from fabricjax.report import (bottleneck_lines, fabric_line, report_dict, time_table,
-                                  utilisation_table, write_json_atomic)
+    from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, report_dict,
+                                  time_table, trace_lines, utilisation_table, write_json_atomic)
 
-    out.print(f"[bold]{report.scenario}[/]: {fabric_line(report.fabric)}", highlight=False)
+    out.print(f"[bold]{escape(report.scenario)}[/]: {fabric_line(report.fabric)}",
+              highlight=False)
     out.print(utilisation_table(report))
     out.print(time_table(report))
-    for line in bottleneck_lines(report):
-        out.print(f"  {line}", highlight=False)
+    adaptation = adaptation_table(report)
+    if adaptation is not None:
+        out.print(adaptation)
+    for line in trace_lines(report) + bottleneck_lines(report):
+        out.print(f"  {escape(line)}", highlight=False)
     if json_path is not None:
         write_json_atomic(report_dict(report), json_path)
         out.print(f"wrote {json_path}", highlight=False)
 
 
-def _run_analysis(config, quiet: bool):
+def _run_analysis(config, quiet: bool, trace: bool):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fabricjax.analysis import analyze as run
 
     if quiet:
-        return run(config)
+        return run(config, trace=trace)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         task = progress.add_task("building", total=None)
@@ -119,7 +127,7 @@ def _run_analysis(config, quiet: bool):
         def update(message: str, done: int, total: int) -> None:
             progress.update(task, description=message, completed=done, total=total)
 
-        return run(config, progress=update)
+        return run(config, trace=trace, progress=update)
 
 
 @app.command()

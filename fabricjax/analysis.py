@@ -17,6 +17,8 @@ from fabricjax.fabric import TIER_NAMES, Fabric, build_fabric, fabric_summary
 from fabricjax.paths import PathSet, hashed_slots, path_set, spread_slots
 from fabricjax.scenario import Scenario
 from fabricjax.solver import STATUS_OK, status_names
+
+ADAPT_CAP = 1 << 8     # an mrc / optimal iteration hit max_iters (beside the solver's flags)
 from fabricjax.workload import Collective, Flows, build_workload
 
 # Stable stream ids so that adding a policy never changes another policy's random draws.
@@ -50,6 +52,10 @@ class PolicyRecord:
     stalled_flows: int
     rate_rounds: int
     bottleneck_links: list
+    iterations: int | None = None        # mrc: EV-swap iterations; optimal: solver iterations
+    convergence: str | None = None       # mrc / optimal: how the iteration ended
+    residual: float | None = None        # mrc: final fabric overload; optimal: duality gap
+    trace: list | None = None            # mrc with --trace: P100 after each iteration
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -134,13 +140,85 @@ def solve_slots(fabric: Fabric, flows: Flows, plane: np.ndarray, spine: np.ndarr
     return jax.device_get(result)
 
 
+@dataclasses.dataclass(frozen=True)
+class PhaseOutcome:
+    """One phase under one policy: the evaluation plus what the policy's iteration reports."""
+
+    result: object                  # solver.PhaseResult of numpy arrays
+    slots: int
+    iterations: int | None = None
+    convergence: str | None = None
+    residual: float | None = None
+    trace: np.ndarray | None = None
+    capped: bool = False
+
+
+def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
+                       stream: tuple[int, int], *, trace: bool = False,
+                       alive: np.ndarray | None = None) -> PhaseOutcome:
+    """Draw `policy`'s slots for one phase and solve it on the device (one jitted call)."""
+    import jax
+
+    seed = scenario.seed
+    item, index = stream
+    top_k = min(TOP_LINKS, fabric.num_links)
+    bounds = _tier_bounds(fabric)
+    geom = fabric.geometry
+    if policy in ("ecmp", "spray"):
+        rng = np.random.default_rng([seed, _POLICY_STREAM[policy], item, index])
+        plane, spine = policy_slots(policy, scenario, fabric, flows, rng)
+        return PhaseOutcome(solve_slots(fabric, flows, plane, spine, scenario, alive),
+                            slots=plane.shape[1])
+    inputs = _phase_inputs(fabric, flows, scenario, alive)
+    demand, size32, flow_cap, capacity, alive_mask, eps, max_rounds = inputs
+    if policy == "mrc":
+        from fabricjax.mrc import MRC_ITERATION_CAP, MRC_STATUS_NAMES, solve_mrc_phase
+
+        cfg = scenario.mrc
+        # MRC starts from spraying's EV set (same draw when the EV counts match), so the
+        # difference between the two columns is the adaptation alone.
+        rng = np.random.default_rng([seed, _POLICY_STREAM["spray"], item, index])
+        plane, spine = spread_slots(geom, flows.num_flows, cfg.evs, rng)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), item), index)
+        args = jax.device_put((flows.src, flows.dst, plane, spine, demand, size32, flow_cap,
+                               capacity, alive_mask, key, np.float32(cfg.threshold),
+                               np.float32(cfg.damping), np.float32(cfg.tol), eps, max_rounds))
+        mrc, result = jax.device_get(solve_mrc_phase(
+            geom, *args, max_iters=cfg.max_iters, patience=cfg.patience, tier_bounds=bounds,
+            top_k=top_k))
+        iterations = int(mrc.iterations)
+        return PhaseOutcome(result, slots=cfg.evs, iterations=iterations,
+                            convergence=MRC_STATUS_NAMES[int(mrc.status)],
+                            residual=float(mrc.residual),
+                            trace=np.asarray(mrc.trace[: iterations + 1]) if trace else None,
+                            capped=int(mrc.status) == MRC_ITERATION_CAP)
+    if policy == "optimal":
+        from fabricjax.optimal import full_slot_grid, optimal_split
+        from fabricjax.paths import solve_clos_weighted_phase
+
+        cfg = scenario.optimal
+        opt = optimal_split(geom, flows.src, flows.dst, demand, capacity, alive_mask,
+                            max_iters=cfg.max_iters, tol=cfg.tol)
+        plane, spine = full_slot_grid(geom, flows.num_flows)
+        args = jax.device_put((flows.src, flows.dst, plane, spine, opt.weights, *inputs))
+        result = jax.device_get(solve_clos_weighted_phase(geom, *args, tier_bounds=bounds,
+                                                          top_k=top_k))
+        status = int(opt.status)
+        names = {0: "converged (gap)", 1: "iteration cap", 2: "no live path on a plane"}
+        return PhaseOutcome(result, slots=plane.shape[1], iterations=int(opt.iterations),
+                            convergence=names.get(status, f"status {status}"),
+                            residual=float(opt.gap), capped=status == 1)
+    raise ValueError(f"unknown policy {policy!r}")  # pragma: no cover - schema forbids
+
+
 def _quantile_dict(row: np.ndarray) -> dict:
     return {"p50": float(row[0]), "p99": float(row[1]), "p100": float(row[2])}
 
 
-def _collective_record(policy: str, collective: Collective, phase_results: list, paths_k: int,
+def _collective_record(policy: str, collective: Collective, outcomes: list[PhaseOutcome],
                        fabric: Fabric, scenario: Scenario) -> PolicyRecord:
     latency = scenario.solver.step_latency_us * 1e-6
+    phase_results = [o.result for o in outcomes]
     worst = max(range(len(phase_results)), key=lambda i: float(phase_results[i].stats[0, 2]))
     busiest = phase_results[worst]
     status = STATUS_OK
@@ -166,6 +244,13 @@ def _collective_record(policy: str, collective: Collective, phase_results: list,
         {"link": fabric.link_name(int(l)), "utilisation": float(u)}
         for l, u in zip(busiest.top_links, busiest.top_util) if np.isfinite(u)
     ]
+    adaptive = [o for o in outcomes if o.iterations is not None]
+    if any(o.capped for o in outcomes):
+        status |= ADAPT_CAP
+    status_text = "+".join(status_names(status & ~ADAPT_CAP) +
+                           (["iteration_cap"] if status & ADAPT_CAP else []))
+    status_text = status_text.replace("ok+", "")
+    traces = [o.trace for o in outcomes if o.trace is not None]
     return PolicyRecord(
         policy=policy,
         workload=collective.name,
@@ -173,7 +258,7 @@ def _collective_record(policy: str, collective: Collective, phase_results: list,
         gpus=collective.gpus,
         size_bytes=collective.size,
         steps=collective.steps,
-        paths_per_flow=paths_k,
+        paths_per_flow=outcomes[0].slots,
         p50_utilisation=float(busiest.stats[0, 0]),
         p99_utilisation=float(busiest.stats[0, 1]),
         p100_utilisation=float(busiest.stats[0, 2]),
@@ -185,16 +270,22 @@ def _collective_record(policy: str, collective: Collective, phase_results: list,
         busbw_gbps=algbw * collective.busbw_factor if algbw is not None else None,
         ideal_busbw_gbps=bits / ideal * collective.busbw_factor if ideal > 0 else 0.0,
         min_rate_gbps=float(min_rate) if np.isfinite(min_rate) else 0.0,
-        status="+".join(status_names(status)),
+        status=status_text,
         stalled_flows=stalled,
         rate_rounds=rounds,
         bottleneck_links=bottlenecks,
+        iterations=max(o.iterations for o in adaptive) if adaptive else None,
+        convergence=adaptive[worst].convergence if adaptive else None,
+        residual=max(o.residual for o in adaptive) if adaptive else None,
+        trace=[float(v) for v in traces[worst]] if traces else None,
     )
 
 
-def analyze(scenario: Scenario, *,
+def analyze(scenario: Scenario, *, trace: bool = False,
             progress: Callable[[str, int, int], None] | None = None) -> Report:
-    """Evaluate every policy on every workload item of the scenario."""
+    """Evaluate every policy on every workload item of the scenario.
+
+    `trace`: keep mrc's P100 after every iteration in its records."""
     fabric = build_fabric(scenario.fabric)
     collectives = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
     total = len(scenario.policies) * sum(len(c.phases) for c in collectives)
@@ -202,16 +293,14 @@ def analyze(scenario: Scenario, *,
     records = []
     for policy in scenario.policies:
         for item, collective in enumerate(collectives):
-            phase_results = []
+            outcomes = []
             for index, phase in enumerate(collective.phases):
                 if progress is not None:
                     progress(f"{policy}: {collective.name} ({phase.name})", done, total)
-                rng = np.random.default_rng([scenario.seed, _POLICY_STREAM[policy], item, index])
-                plane, spine = policy_slots(policy, scenario, fabric, phase.flows, rng)
-                phase_results.append(solve_slots(fabric, phase.flows, plane, spine, scenario))
+                outcomes.append(solve_policy_phase(policy, scenario, fabric, phase.flows,
+                                                   (item, index), trace=trace))
                 done += 1
-            records.append(_collective_record(policy, collective, phase_results,
-                                              plane.shape[1], fabric, scenario))
+            records.append(_collective_record(policy, collective, outcomes, fabric, scenario))
     if progress is not None:
         progress("done", total, total)
     return Report(

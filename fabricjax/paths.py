@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.fabric import ClosGeometry
-from fabricjax.solver import PhaseResult, uniform_phase
+from fabricjax.solver import PhaseResult, evaluate_split, uniform_phase
 
 HOPS = 4
 
@@ -109,3 +109,14 @@ def solve_clos_uniform_phase(geom: ClosGeometry, src, dst, plane, spine, demand,
     links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
     return uniform_phase(links, demand, size_bytes, flow_cap, capacity, alive, eps, max_rounds,
                          tier_bounds=tier_bounds, top_k=top_k)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("tier_bounds", "top_k"))
+def solve_clos_weighted_phase(geom: ClosGeometry, src, dst, plane, spine, weights, demand,
+                              size_bytes, flow_cap, capacity, alive, eps, max_rounds, *,
+                              tier_bounds, top_k) -> PhaseResult:
+    """`solver.evaluate_split` for a given split weights[F, K] over Clos slots (e.g. the
+    optimal policy's), links derived on the device."""
+    links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
+    return evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive,
+                          eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)

@@ -100,6 +100,37 @@ def time_table(report: Report) -> Table:
     return table
 
 
+def adaptation_table(report: Report) -> Table | None:
+    """mrc's EV-swap fixed point and optimal's iterative bound: how each iteration ended."""
+    rows = [r for r in report.records if r.iterations is not None]
+    if not rows:
+        return None
+    table = Table(title="Iterative policies (mrc: EV swapping fixed point; optimal: min-max bound)",
+                  title_justify="left")
+    for column in ("policy", "workload", "iterations", "how it ended", "residual", "P100"):
+        table.add_column(column, justify="left" if column in ("policy", "workload", "how it ended")
+                         else "right")
+    for r in rows:
+        what = "overload" if r.policy == "mrc" else "gap"
+        table.add_row(r.policy, r.workload, f"{r.iterations:,}", r.convergence or "—",
+                      f"{what} {r.residual:.4f}" if r.residual is not None else "—",
+                      _u(r.p100_utilisation))
+    return table
+
+
+def trace_lines(report: Report, points: int = 8) -> list[str]:
+    """A compact view of each mrc trace: P100 at evenly spaced iterations."""
+    lines = []
+    for r in report.records:
+        if not r.trace:
+            continue
+        n = len(r.trace) - 1
+        marks = sorted({round(i * n / (points - 1)) for i in range(points)})
+        path = " → ".join(f"{r.trace[i]:.3f}@{i}" for i in marks)
+        lines.append(f"{r.policy} / {r.workload}: P100 by iteration: {path}")
+    return lines
+
+
 def bottleneck_lines(report: Report) -> list[str]:
     lines = []
     for r in report.records:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from fabricjax.errors import ScenarioError
 from fabricjax.units import parse_rate_gbps, parse_size
 
-POLICIES = ("ecmp", "spray")
+POLICIES = ("ecmp", "spray", "mrc", "optimal")
 COLLECTIVES = ("permutation", "all-reduce")
 
 
@@ -108,6 +108,29 @@ class SprayConfig(_Strict):
     evs: int = Field(128, ge=1, le=4096)
 
 
+class MrcConfig(_Strict):
+    """MRC adaptive spraying: `evs` entropy values per flow (equal per plane, the same initial
+    set as `spray` when the counts match); an EV whose path's worst controllable utilisation
+    exceeds `threshold` is marked and moves to a random spine of its plane with probability
+    damping * (u - threshold) / u. Stops when nothing is marked, when the fabric overload has not
+    improved by `tol` (relative) for `patience` iterations, or at `max_iters`."""
+
+    evs: int = Field(128, ge=1, le=4096)
+    threshold: float = Field(1.0, gt=0.0, le=100.0)
+    damping: float = Field(0.3, gt=0.0, le=1.0)
+    max_iters: int = Field(500, ge=1, le=100_000)
+    tol: float = Field(0.01, ge=0.0, le=1.0)
+    patience: int = Field(20, ge=1, le=100_000)
+
+
+class OptimalConfig(_Strict):
+    """The min-max-utilisation bound: iterate until the duality gap is below `tol` times the
+    bound, or `max_iters`."""
+
+    max_iters: int = Field(3000, ge=1, le=1_000_000)
+    tol: float = Field(1e-3, gt=0.0, le=1.0)
+
+
 class SolverConfig(_Strict):
     """Max-min rate solver and time model.
 
@@ -125,9 +148,12 @@ class Scenario(_Strict):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     fabric: FabricConfig = FabricConfig()
     workload: list[WorkloadConfig] = Field(min_length=1)
-    policies: list[Literal["ecmp", "spray"]] = Field(default=list(POLICIES), min_length=1)
+    policies: list[Literal["ecmp", "spray", "mrc", "optimal"]] = Field(
+        default=list(POLICIES), min_length=1)
     ecmp: EcmpConfig = EcmpConfig()
     spray: SprayConfig = SprayConfig()
+    mrc: MrcConfig = MrcConfig()
+    optimal: OptimalConfig = OptimalConfig()
     solver: SolverConfig = SolverConfig()
 
     @field_validator("policies")
