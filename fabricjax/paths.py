@@ -77,7 +77,10 @@ def spread_slots(geom: ClosGeometry, num_flows: int, num_slots: int,
     index_in_plane = k // P                                    # j-th slot of its plane
     slots_in_plane = (num_slots - 1 - k % P) // P + 1          # K_p for the slot's plane
     jitter = rng.random((num_flows, num_slots), dtype=np.float32)
-    stratum = np.floor((index_in_plane + jitter) * S / slots_in_plane).astype(np.int64)
+    # integer stripe bounds, so neighbouring stripes never share a spine when S % K_p != 0
+    lo = index_in_plane * S // slots_in_plane
+    width = np.maximum((index_in_plane + 1) * S // slots_in_plane - lo, 1)
+    stratum = lo + np.floor(jitter * width).astype(np.int64)
     rotation = rng.integers(0, S, size=(num_flows, P))
     spine = (np.minimum(stratum, S - 1) + rotation[:, k % P]) % S
     return plane.astype(np.int32), spine.astype(np.int32)

@@ -79,8 +79,9 @@ def max_min_rates(links: jax.Array, weights: jax.Array, flow_cap: jax.Array,
     rounds as the bottleneck dependency chain is deep (the idea of the parallel water-filling
     algorithms, e.g. Ros-Giralt et al., "On the bottleneck structure of congestion-controlled
     networks", 2019). With eps > 0 a link within a factor (1 + eps) of being a local bottleneck
-    counts as one, which can only lower rates (by at most that factor) and never breaks a
-    capacity; every frozen flow still gets its own exact share along its path.
+    counts as one: fewer rounds, no capacity is ever exceeded, and the slowest rate stays within
+    [exact / (1 + eps), exact]; individual faster rates can move either way by more than eps
+    (the errors compound along chains of bottlenecks and freed capacity goes to other flows).
 
     Per round: two gathers and two scatters over the F*K*H (flow, slot, hop) entries.
     """
@@ -151,10 +152,10 @@ def sorted_quantiles(sorted_values: jax.Array, n_skip: jax.Array,
     n = sorted_values.shape[0] - n_skip
     out = []
     for q in qs:  # a static tuple of three quantiles, not a loop over data
-        pos = n_skip + q * jnp.maximum(n - 1, 0)
+        pos = n_skip.astype(jnp.float32) + q * jnp.maximum(n - 1, 0).astype(jnp.float32)
         lo = jnp.floor(pos).astype(jnp.int32)
         hi = jnp.minimum(lo + 1, sorted_values.shape[0] - 1)
-        frac = pos - lo
+        frac = pos - lo.astype(jnp.float32)
         v = sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
         v = jnp.where(frac > 0, v, sorted_values[lo])
         out.append(jnp.where(n > 0, v, 0.0))
@@ -197,8 +198,8 @@ def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive
     cap_ext = jnp.concatenate([jnp.where(alive, capacity, 0.0), jnp.array([jnp.inf])])
     load = link_load(links, weights, demand, num_links + 1)[:num_links]
     safe_cap = jnp.where(capacity > 0, capacity, 1.0)
-    # a dead or zero-capacity link carrying load is infinitely overloaded; one carrying none
-    # is not counted (it is masked out of the statistics below)
+    # dead and zero-capacity links are left out of the statistics; a split that still puts
+    # load on one shows up as stalled flows (rate 0), not as a utilisation
     utilisation = jnp.where(capacity > 0, load / safe_cap, jnp.where(load > 0, jnp.inf, 0.0))
     usable = alive & (capacity > 0)
     stats = link_statistics(utilisation, usable, tier_bounds)

@@ -70,10 +70,14 @@ def test_defaults_fill_in_a_minimal_scenario():
     (item,) = scenario.workload
     assert isinstance(item, PermutationConfig)
     assert item.size == 2**30 and item.gpus == "all" and item.shift is None and item.name is None
-    assert list(scenario.policies) == ["ecmp", "spray"]
+    assert list(scenario.policies) == ["ecmp", "spray", "mrc", "optimal"]
     assert scenario.ecmp.qps == 1
     assert scenario.spray.evs == 128
-    assert scenario.solver.eps == 1e-3
+    m = scenario.mrc
+    assert (m.evs, m.threshold, m.damping, m.max_iters, m.tol, m.patience) == (
+        128, 1.0, 0.3, 500, 0.01, 20)
+    assert (scenario.optimal.max_iters, scenario.optimal.tol) == (3000, 1e-3)
+    assert scenario.solver.eps == 0.01
     assert scenario.solver.max_rounds == 2000
     assert scenario.solver.step_latency_us == 0.0
 

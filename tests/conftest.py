@@ -1,0 +1,90 @@
+"""Shared test setup: JAX on the CPU, small fabrics, one tolerance helper per dtype.
+
+JAX is pinned to the CPU before anything imports it (set JAX_PLATFORMS yourself to override),
+so the suite gives the same float32 answers on a laptop and on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from fabricjax.fabric import build_fabric  # noqa: E402
+from fabricjax.scenario import FabricConfig, parse_scenario  # noqa: E402
+
+# rtol/atol per dtype. float32: the solver's own saturation slack is 1e-5 relative, and a few
+# rounds of f32 sums each lose ~1e-7; 1e-4 leaves room for both without hiding real errors
+# (a wrong bottleneck moves a rate by a whole share, i.e. >= 10%).
+_TOLERANCES = {
+    np.dtype(np.float16): dict(rtol=1e-2, atol=1e-3),
+    np.dtype(np.float32): dict(rtol=1e-4, atol=1e-5),
+    np.dtype(np.float64): dict(rtol=1e-10, atol=1e-12),
+}
+
+
+def tolerance(dtype) -> dict:
+    """{'rtol', 'atol'} for comparing arrays of `dtype` against a float64 reference."""
+    return dict(_TOLERANCES[np.dtype(dtype)])
+
+
+def assert_close(actual, expected, *, dtype=None, **override):
+    actual = np.asarray(actual)
+    tol = tolerance(dtype if dtype is not None else actual.dtype)
+    tol.update(override)
+    np.testing.assert_allclose(actual, np.asarray(expected), **tol)
+
+
+@pytest.fixture
+def strict_promotion():
+    """Strict dtype promotion for the duration of one test (STYLE: no silent upcasts)."""
+    with jax.numpy_dtype_promotion("strict"):
+        yield
+
+
+def scenario_for(fabric: FabricConfig, *, eps: float = 0.0, max_rounds: int = 10_000):
+    """A minimal valid Scenario around `fabric` (solve_phase reads its solver settings)."""
+    return parse_scenario({
+        "fabric": fabric.model_dump(),
+        "workload": [{"collective": "permutation"}],
+        "solver": {"eps": eps, "max_rounds": max_rounds},
+    })
+
+
+# Small configurations covering planes 1/2/4, radix 4..16, oversubscription 1 and 3, and GPU
+# counts that do not fill the last T0.
+SMALL_CONFIGS = [
+    dict(gpus=4, planes=1, radix=4),
+    dict(gpus=5, planes=2, radix=4),
+    dict(gpus=7, planes=1, radix=6),
+    dict(gpus=12, planes=2, radix=8),
+    dict(gpus=13, planes=4, radix=8),
+    dict(gpus=20, planes=1, radix=10),
+    dict(gpus=9, planes=2, radix=8, oversubscription=3),
+    dict(gpus=10, planes=1, radix=4, oversubscription=3),
+    dict(gpus=30, planes=4, radix=12, oversubscription=3),
+    dict(gpus=64, planes=2, radix=16),
+    dict(gpus=50, planes=1, radix=16, oversubscription=3),
+]
+
+
+def config_id(cfg: dict) -> str:
+    return "-".join(f"{k[:4]}{v}" for k, v in cfg.items())
+
+
+@pytest.fixture(params=SMALL_CONFIGS, ids=config_id)
+def small_config(request) -> FabricConfig:
+    return FabricConfig(**request.param)
+
+
+# planes=2, radix 8 (4 down, 4 up), 14 GPUs over 4 T0s per plane (the last one short).
+TINY_CONFIG = FabricConfig(gpus=14, planes=2, radix=8)
+
+
+@pytest.fixture(scope="session")
+def tiny_fabric():
+    return build_fabric(TINY_CONFIG)
