@@ -96,6 +96,8 @@ def part1(max_ref_gpus: int, sizes) -> list[dict]:
 
 
 def big_case(policy: str, order: str) -> dict:
+    if policy == "mrc-rate":
+        return mrc_rates(131072, 512, order, ref_iters=2)
     """One 131,072-GPU ring step, run in this (fresh) process."""
     from fabricjax.scenario import parse_scenario
 
@@ -118,12 +120,83 @@ def big_case(policy: str, order: str) -> dict:
 def part2() -> list[dict]:
     rows = []
     for order in ("linear", "random"):
-        for policy in ("ecmp", "spray"):
+        for policy in ("ecmp", "spray", "mrc"):
             out = subprocess.run([sys.executable, __file__, "--big-case", policy, order],
                                  capture_output=True, text=True, check=True)
             row = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append(row)
             print(json.dumps(row), flush=True)
+    return rows
+
+
+MRC_SIZES = [(1024, 64), (4096, 128), (16384, 256)]
+
+
+def mrc_rates(gpus: int, radix: int, order: str = "random", ref_iters: int = 5) -> dict:
+    """Time per MRC iteration: fabricjax (difference between a 1- and a 21-iteration jitted
+    run, so evaluation and compile cancel) against the numpy reference iteration; and time to
+    convergence with the default settings."""
+    import jax
+
+    import numpy_reference as ref
+
+    from fabricjax.analysis import offered_demand, _tier_bounds, solve_policy_phase
+    from fabricjax.fabric import build_fabric
+    from fabricjax.mrc import solve_mrc_phase
+    from fabricjax.paths import spread_slots
+    from fabricjax.workload import build_workload
+
+    scenario = scenario_for(gpus, radix, "mrc", order=order, workload="all-reduce")
+    scenario = scenario.model_copy(update={"solver": scenario.solver.model_copy(
+        update={"eps": 0.01})})
+    fabric = build_fabric(scenario.fabric)
+    g = fabric.geometry
+    flows = build_workload(scenario, np.random.default_rng([3, 0]))[0].phases[0].flows
+    plane, spine = spread_slots(g, flows.num_flows, 128, np.random.default_rng(4))
+    demand = offered_demand(flows, g.nic_gbps, g.gpus)
+    alive = np.ones(fabric.num_links, bool)
+
+    def run(iters: int) -> float:
+        args = (flows.src, flows.dst, plane, spine, demand, flows.size.astype(np.float32),
+                np.full_like(demand, g.nic_gbps), fabric.capacity, alive, jax.random.key(1),
+                # threshold 0 marks every cross-T0 EV, so every iteration runs in full
+                np.float32(0.0), np.float32(0.3), np.float32(0.0), np.float32(0.01),
+                np.int32(2000))
+        out = solve_mrc_phase(g, *args, max_iters=iters, patience=10**9,
+                              tier_bounds=_tier_bounds(fabric), top_k=5)
+        jax.block_until_ready(out)
+        start = time.perf_counter()
+        out = solve_mrc_phase(g, *args, max_iters=iters, patience=10**9,
+                              tier_bounds=_tier_bounds(fabric), top_k=5)
+        jax.block_until_ready(out)
+        assert int(out[0].iterations) == iters
+        return time.perf_counter() - start
+
+    per_iter = (run(21) - run(1)) / 20
+    rng = np.random.default_rng(5)
+    start = time.perf_counter()
+    s = spine
+    for _ in range(ref_iters):
+        s, _ = ref.mrc_iteration(g, flows.src.astype(np.int64), flows.dst.astype(np.int64),
+                                 plane.astype(np.int64), s.astype(np.int64),
+                                 demand.astype(np.float64), fabric.capacity, rng)
+    ref_per_iter = (time.perf_counter() - start) / ref_iters
+    start = time.perf_counter()
+    outcome = solve_policy_phase("mrc", scenario, fabric, flows, (0, 0))
+    to_converge = time.perf_counter() - start
+    return {"gpus": gpus, "evs": 128, "order": order, "fabricjax_per_iter_s": per_iter,
+            "reference_per_iter_s": ref_per_iter, "speedup": ref_per_iter / per_iter,
+            "iterations": outcome.iterations, "convergence": outcome.convergence,
+            "to_convergence_s_incl_compile": to_converge,
+            "p100": float(outcome.result.stats[0, 2])}
+
+
+def part3(sizes) -> list[dict]:
+    rows = []
+    for gpus, radix in sizes:
+        row = mrc_rates(gpus, radix)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return rows
 
 
@@ -141,7 +214,7 @@ def machine() -> str:
             f"{jax.devices()[0].platform}, numpy {np.__version__}")
 
 
-def markdown(rows1, rows2) -> str:
+def markdown(rows1, rows2, rows3=()) -> str:
     lines = ["| GPUs | policy | flows x slots | reference | fabricjax (first call) | fabricjax | "
              "speed-up | max-min rounds (ref / fabricjax) | agreement (P100, rates) |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -165,6 +238,16 @@ def markdown(rows1, rows2) -> str:
             lines.append(f"| {r['order']} ring | {r['policy']} | {r['first_s']:.1f} s | "
                          f"{r['steady_s']:.1f} s | {r['wall_s_incl_import']:.1f} s | {r['rounds']} | "
                          f"{r['p100']:.3f} | {r['peak_rss_gib']:.1f} GiB |")
+    if rows3:
+        lines += ["", "| mrc, ring step (random order), 128 EVs | fabricjax per iteration | "
+                  "numpy reference per iteration | speed-up | iterations to converge | "
+                  "time to converge (incl. compile) | P100 |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in rows3:
+            lines.append(f"| {r['gpus']:,} GPUs | {r['fabricjax_per_iter_s'] * 1e3:.1f} ms | "
+                         f"{r['reference_per_iter_s'] * 1e3:.1f} ms | {r['speedup']:.1f}x | "
+                         f"{r['iterations']} ({r['convergence']}) | "
+                         f"{r['to_convergence_s_incl_compile']:.1f} s | {r['p100']:.3f} |")
     return "\n".join(lines)
 
 
@@ -182,8 +265,14 @@ def main() -> None:
     sizes = SIZES[:2] if args.quick else SIZES
     rows1 = part1(args.max_ref_gpus, sizes)
     rows2 = [] if args.quick else part2()
+    rows3 = part3(MRC_SIZES[:1] if args.quick else MRC_SIZES)
+    if not args.quick:
+        out = subprocess.run([sys.executable, __file__, "--big-case", "mrc-rate", "random"],
+                             capture_output=True, text=True, check=True)
+        rows3.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(json.dumps(rows3[-1]), flush=True)
     print()
-    print(markdown(rows1, rows2))
+    print(markdown(rows1, rows2, rows3))
 
 
 if __name__ == "__main__":

@@ -98,3 +98,38 @@ def max_min_rates(links, weights, flow_cap, capacity, max_rounds=1_000_000):
         frozen |= newly
         rounds += 1
     return rates, rounds
+
+
+def clos_links(g: ClosGeometry, src, dst, plane, spine) -> np.ndarray:
+    """Link ids [F, K, 4] of (plane, spine) paths, by the layout's formulas (the same numbering
+    as `build_graph`), vectorised with numpy: what one MRC iteration needs after a swap."""
+    N, P, T, S = g.gpus, g.planes, g.t0s, g.spines
+    s_t0 = (src // g.gpus_per_t0)[:, None]
+    d_t0 = (dst // g.gpus_per_t0)[:, None]
+    up = plane * N + src[:, None]
+    t0_t1 = P * N + (plane * T + s_t0) * S + spine
+    t1_t0 = P * N + P * T * S + (plane * T + d_t0) * S + spine
+    down = P * N + 2 * P * T * S + plane * N + dst[:, None]
+    sentinel = 2 * P * N + 2 * P * T * S
+    local = s_t0 == d_t0
+    hop1 = np.where(local, down, t0_t1)
+    hop2 = np.where(local, sentinel, t1_t0)
+    hop3 = np.where(local, sentinel, down)
+    return np.stack(np.broadcast_arrays(up, hop1, hop2, hop3), axis=-1)
+
+
+def mrc_iteration(g: ClosGeometry, src, dst, plane, spine, demand, capacity, rng,
+                  threshold=1.0, damping=0.3):
+    """One MRC EV-swap iteration in numpy (all EVs alive): loads, marks, random same-plane
+    moves. Returns the new spine array and the P100 before the move."""
+    links = clos_links(g, src, dst, plane, spine)
+    weights = np.full(plane.shape, 1.0 / plane.shape[1])
+    load = link_load(links, weights, demand, capacity.shape[0])
+    util = np.append(load / capacity, 0.0)
+    controlled = np.maximum(util[links[..., 1]], util[links[..., 2]])
+    cross = (src // g.gpus_per_t0 != dst // g.gpus_per_t0)[:, None]
+    marked = cross & (controlled > threshold)
+    p_move = np.where(marked, damping * (controlled - threshold) / np.maximum(controlled, 1e-30), 0)
+    move = rng.random(spine.shape) < p_move
+    hop = rng.integers(1, max(g.spines, 2), size=spine.shape)
+    return np.where(move, (spine + hop) % g.spines, spine), float(util[:-1].max())
