@@ -1,0 +1,107 @@
+"""End-to-end checks of `analyze` and the topology summary against closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fabricjax.analysis import analyze
+from fabricjax.errors import ScenarioError
+from fabricjax.fabric import build_fabric, fabric_summary
+from fabricjax.scenario import FabricConfig, load_scenario, parse_scenario, with_overrides
+
+
+def test_full_scale_fabric_counts_match_closed_form():
+    """131,072 GPUs, 8 planes of 512-port 100G switches: 256 down / 256 up per T0."""
+    cfg = FabricConfig(gpus=131072, planes=8, port_gbps=100, radix=512)
+    s = fabric_summary(cfg)
+    assert (s["t0_per_plane"], s["t1_per_plane"]) == (512, 256)
+    assert s["switches"] == 8 * (512 + 256)
+    assert s["links_directed"] == 2 * 8 * 131072 + 2 * 8 * 512 * 256
+    assert (s["paths_cross_t0"], s["paths_same_t0"]) == (8 * 256, 8)
+    assert s["bisection_gbps"] == 8 * 100 * 131072 / 2 and s["full_bisection"]
+    assert s["max_gpus_two_tiers"] == 131072
+    fabric = build_fabric(cfg)
+    assert fabric.num_links == s["links_directed"]
+    assert fabric.link_name(fabric.geometry.t0_up(3, 17, 5)) == "plane3/t0-17/up5"
+    assert fabric.link_name(fabric.geometry.gpu_down(7, 131071)) == "plane7/gpu131071/down"
+
+
+def test_one_more_gpu_than_two_tiers_reach_is_refused():
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario({"fabric": {"gpus": 131073, "planes": 8, "radix": 512},
+                        "workload": [{"collective": "permutation"}]})
+    assert err.value.field == "fabric.gpus" and "131072" in err.value.message
+
+
+def test_oversubscribed_fabric_cuts_bisection_to_a_third():
+    full = fabric_summary(FabricConfig(gpus=2048, planes=8, radix=64))
+    over = fabric_summary(FabricConfig(gpus=3072, planes=8, radix=64, oversubscription=3))
+    assert (over["t0_down_ports"], over["t0_up_ports"]) == (48, 16)
+    assert not over["full_bisection"] and full["full_bisection"]
+    # per T0: 48 GPUs share 16 uplinks -> the cut carries a third of the injection
+    injection = 8 * 100 * (over["t0_per_plane"] // 2) * 48
+    assert over["bisection_gbps"] == pytest.approx(injection / 3)
+
+
+@pytest.fixture(scope="module")
+def quickstart_report():
+    scenario = with_overrides(load_scenario("scenarios/quickstart.yaml"),
+                              policies=["ecmp", "spray"])
+    return analyze(scenario)
+
+
+def test_quickstart_ecmp_tail_above_spraying(quickstart_report):
+    for workload in ("permutation", "ring-allreduce"):
+        ecmp, spray = (next(r for r in quickstart_report.records
+                            if r.policy == p and r.workload == workload)
+                       for p in ("ecmp", "spray"))
+        assert ecmp.p100_utilisation > spray.p100_utilisation >= 1.0
+        assert ecmp.completion_s > spray.completion_s
+
+
+def test_slowdown_is_the_p100_when_every_flow_offers_line_rate(quickstart_report):
+    """Every flow offers its NIC rate D, so the slowest max-min rate is D / max(1, P100) and
+    completion / ideal = max(1, P100) exactly (no latency configured)."""
+    for r in quickstart_report.records:
+        assert r.status == "ok" and r.stalled_flows == 0
+        assert r.slowdown == pytest.approx(max(1.0, r.p100_utilisation), rel=1e-5)
+        assert r.min_rate_gbps == pytest.approx(800.0 / max(1.0, r.p100_utilisation), rel=1e-5)
+
+
+def test_busbw_follows_nccl_definitions(quickstart_report):
+    for r in quickstart_report.records:
+        algbw = r.size_bytes * 8e-9 / r.completion_s
+        factor = 2 * (r.gpus - 1) / r.gpus if r.collective == "all-reduce" else 1.0
+        assert r.algbw_gbps == pytest.approx(algbw)
+        assert r.busbw_gbps == pytest.approx(algbw * factor)
+        # ideal ring all-reduce: 2(N-1) steps of size/N at the NIC rate -> busbw = NIC rate
+        if r.collective == "all-reduce":
+            assert r.ideal_busbw_gbps == pytest.approx(800.0, rel=1e-5)
+
+
+def test_step_latency_adds_per_step():
+    base = {"fabric": {"gpus": 64, "planes": 2, "radix": 16},
+            "workload": [{"collective": "all-reduce", "size": "64MiB"}], "policies": ["spray"]}
+    fast = analyze(parse_scenario(base)).records[0]
+    slow = analyze(parse_scenario({**base, "solver": {"step_latency_us": 10.0}})).records[0]
+    assert slow.completion_s - fast.completion_s == pytest.approx(2 * 63 * 10e-6, rel=1e-4)
+
+
+def test_same_seed_same_records_other_seed_other_draws():
+    scenario = parse_scenario({"fabric": {"gpus": 256, "planes": 4, "radix": 32},
+                               "workload": [{"collective": "permutation"}],
+                               "policies": ["ecmp"], "seed": 3})
+    first, again = analyze(scenario).records[0], analyze(scenario).records[0]
+    assert first == again
+    other = analyze(with_overrides(scenario, seed=4)).records[0]
+    assert other.bottleneck_links != first.bottleneck_links
+
+
+def test_single_plane_baseline_uses_one_path_per_spine():
+    scenario = load_scenario("scenarios/single-plane-800g.yaml")
+    s = fabric_summary(scenario.fabric)
+    assert (s["planes"], s["nic_gbps"], s["paths_cross_t0"]) == (1, 800.0, 32)
+    quick = fabric_summary(load_scenario("scenarios/quickstart.yaml").fabric)
+    assert quick["nic_gbps"] == s["nic_gbps"] and quick["paths_cross_t0"] == 8 * s["paths_cross_t0"]
+    assert np.isclose(quick["bisection_gbps"], s["bisection_gbps"])
