@@ -6,8 +6,10 @@ iteration count, a residual and a status code. The whole loop is one `lax.while_
 `jit`; the random swaps come from a JAX PRNG key, so a run is deterministic given the seed.
 
 The model of one iteration (what MRC does over a few round-trip times):
-  1. spray: every flow sends equally over its live EVs (an EV whose path has a dead link is
-     retired: it carries nothing and is replaced, as MRC does at the first lost packet);
+  1. spray: every flow sends equally over its live EVs. An EV whose path has a dead fabric
+     link carries nothing and is replaced at once by a live EV of the same plane (MRC retires an
+     EV at the first lost packet); an EV behind a dead NIC port is retired for good, since no
+     spine of its plane can carry it (the GPU loses that plane, 1/P of its bandwidth);
   2. congestion signal: an EV is *marked* when the worst utilisation along the hops its choice
      controls (T0 -> T1 uplink and T1 -> T0 downlink) exceeds `threshold` (ECN marking at a
      queue that builds when offered load exceeds capacity). The NIC-port hops are shared by
@@ -20,7 +22,11 @@ The model of one iteration (what MRC does over a few round-trip times):
      exactly balanced across planes, as MRC's per-plane EV assignment does.
 Stops when no EV is marked (`balanced`), when the fabric's overload (the share of fabric
 load above capacity, a smooth measure, unlike the jumpy P100) has not improved by more than
-`tol` (relative) for `patience` iterations (`settled`), or at `max_iters` (`iteration cap`). What is returned is the final EV set, not the best one seen.
+`tol` (relative) for `patience` iterations (`settled`), or at `max_iters` (`iteration cap`).
+In the *settled* case the swapping goes on in a noisy equilibrium, so its P100 fluctuates; what is returned is then the best EV set it reached
+(lowest P100, then lowest overload), never worse than the spraying it started from. A
+balanced stop returns the balanced EV set itself, a true fixed point. The trace
+records every iteration's P100, so the spread of that equilibrium stays visible.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from fabricjax.fabric import ClosGeometry
-from fabricjax.paths import clos_path_links
+from fabricjax.paths import clos_incidence, clos_path_links
 from fabricjax.solver import PhaseResult, evaluate_split, link_load, uniform_live_split
 
 MRC_BALANCED = 0
@@ -43,15 +49,17 @@ MRC_STATUS_NAMES = {MRC_BALANCED: "converged (balanced)", MRC_SETTLED: "converge
 
 
 class MrcResult(NamedTuple):
-    spine: jax.Array        # int32[F, K] final spine of every EV (planes never change)
+    spine: jax.Array        # int32[F, K] spine of every EV in the best EV set reached
+                            # (lowest P100, then overload); planes never change
     iterations: jax.Array   # int32 scalar
     status: jax.Array       # int32 scalar, MRC_*
-    residual: jax.Array     # float scalar: final overload (see excess_trace); 0 when balanced
-    marked: jax.Array       # int32 scalar: EVs still marked at the end
+    residual: jax.Array     # float scalar: overload of the returned EV set (see excess_trace)
+    marked: jax.Array       # int32 scalar: EVs marked in the returned EV set
     trace: jax.Array        # float[max_iters + 1]: P100 over all links after each iteration
                             # (entry 0 = plain spraying); unused entries repeat the last
     excess_trace: jax.Array # float[max_iters + 1]: overload = sum over fabric links of
                             # max(load - capacity, 0) / their total load, after each iteration
+    final_spine: jax.Array  # int32[F, K]: the EV set when the loop stopped (trace's last entry)
 
 
 def _utilisation(load, capacity, alive):
@@ -63,6 +71,9 @@ def _utilisation(load, capacity, alive):
     return util, usable
 
 
+RETARGET_DRAWS = 8  # candidate spines tried per moving EV; the first live one is taken
+
+
 def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity, alive, key,
                     threshold, damping, tol, *, max_iters: int, patience: int) -> MrcResult:
     """The fixed point of MRC's EV swapping (see the module docstring). Traceable; jit it."""
@@ -70,68 +81,107 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
     tiers = geom.tier_starts
     fabric_lo, fabric_hi = tiers[1], tiers[3]         # t0->t1 and t1->t0 links
-    cross = (geom.t0_of(src) != geom.t0_of(dst))[:, None]  # [F, 1]: EV choice matters
+    src_t0 = geom.t0_of(src)[:, None]
+    dst_t0 = geom.t0_of(dst)[:, None]
+    cross = src_t0 != dst_t0                          # [F, 1]: EV choice matters
     spines = geom.spines
+    # an EV whose NIC port (either end) is dead is retired for good: no spine of its plane
+    # can carry it, so it is never marked and never moves
+    host_dead = ~(alive_ext[geom.gpu_up(plane, src[:, None])] &
+                  alive_ext[geom.gpu_down(plane, dst[:, None])])
+
+    def spine_alive(candidate):
+        """Whether the fabric hops of (plane, candidate spine) are alive, for cross-T0 EVs."""
+        p = plane if candidate.ndim == plane.ndim else plane[..., None]
+        up = geom.t0_up(p, src_t0 if candidate.ndim == 2 else src_t0[..., None], candidate)
+        down = geom.t1_down(p, dst_t0 if candidate.ndim == 2 else dst_t0[..., None], candidate)
+        return alive_ext[up] & alive_ext[down]
 
     def measure(spine):
         links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
         weights = uniform_live_split(links, alive_ext)
-        load = link_load(links, weights, demand, num_links + 1)
+        ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
+        load = link_load(ids, coef, demand, num_links + 1)
         util, usable = _utilisation(load, capacity, alive)
         util_ext = jnp.concatenate([util, jnp.zeros(1)])
-        path_dead = ~jnp.all(alive_ext[links], axis=-1)
+        fabric_dead = cross & ~spine_alive(spine)
         controlled = jnp.maximum(util_ext[links[..., 1]], util_ext[links[..., 2]])
-        controlled = jnp.where(path_dead, jnp.inf, controlled)
+        controlled = jnp.where(fabric_dead, jnp.inf, controlled)
         p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
         fabric_load = load[fabric_lo:fabric_hi]
         fabric_cap = jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
         overload = jnp.sum(jnp.maximum(fabric_load - fabric_cap, 0.0)) / jnp.maximum(
             jnp.sum(fabric_load), 1e-30)
-        marked = cross & ((controlled > threshold) | path_dead)
+        marked = cross & ~host_dead & ((controlled > threshold) | fabric_dead)
         return controlled, marked, p100, overload
 
-    controlled0, marked0, p100_0, fabric0 = measure(spine)
+    controlled0, marked0, p100_0, overload0 = measure(spine)
     trace0 = jnp.full(max_iters + 1, p100_0, jnp.float32)
-    excess0 = jnp.full(max_iters + 1, fabric0, jnp.float32)
+    excess0 = jnp.full(max_iters + 1, overload0, jnp.float32)
 
-    # state: spine, controlled, marked, overload, best overload, iterations since it improved,
-    # iteration, traces
-    init = (spine, controlled0, marked0, fabric0, fabric0, jnp.int32(0), jnp.int32(0), trace0,
-            excess0)
+    # state: spine, controlled, marked, best overload so far, iterations since it improved by
+    # tol, iteration, traces, and the best EV set (lowest P100, then lowest overload)
+    init = (spine, controlled0, marked0, overload0, jnp.int32(0), jnp.int32(0), trace0,
+            excess0, spine, p100_0, overload0)
 
     def cond(state):
-        _, _, marked, _, _, since_best, it, _, _ = state
+        _, _, marked, _, since_best, it = state[:6]
         return jnp.any(marked) & (since_best < patience) & (it < max_iters)
 
     def body(state):
-        spine, controlled, marked, _, best, since_best, it, trace, excess = state
+        (spine, controlled, marked, best, since_best, it, trace, excess,
+         best_spine, best_p100, best_overload) = state
         k_move, k_target = jax.random.split(jax.random.fold_in(key, it))
-        share_over = jnp.where(jnp.isfinite(controlled),
-                               (controlled - threshold) / jnp.maximum(controlled, 1e-30), 1.0)
-        p_move = jnp.where(marked, jnp.clip(damping * share_over, 0.0, 1.0), 0.0)
+        dead = ~jnp.isfinite(controlled)
+        share_over = jnp.where(dead, 1.0,
+                               (controlled - threshold) / jnp.maximum(controlled, 1e-30))
+        # a congested EV moves with a probability that tracks the excess; a dead one (the first
+        # lost packet retires it) is replaced at once
+        p_move = jnp.where(marked, jnp.where(dead, 1.0, jnp.clip(damping * share_over, 0, 1)),
+                           0.0)
         move = jax.random.uniform(k_move, spine.shape) < p_move
-        # another spine of the same plane, uniformly (plane fixed: slot k stays on k % P)
-        hop = jax.random.randint(k_target, spine.shape, 1, max(spines, 2))
-        new_spine = jnp.where(move & (spines > 1), (spine + hop) % spines, spine)
+        # a random other spine of the same plane (slot k stays on plane k % P): the first
+        # candidate whose path is alive, else stay and retry next iteration
+        # candidates: the other spines in cyclic order from a random start (all of them when a
+        # plane has at most RETARGET_DRAWS + 1 spines), so the first is uniform over the others
+        others = max(spines - 1, 1)
+        start = jax.random.randint(k_target, spine.shape + (1,), 0, others)
+        offsets = (start + jnp.arange(min(others, RETARGET_DRAWS))) % others
+        candidates = (spine[..., None] + 1 + offsets) % spines
+        live = spine_alive(candidates)
+        first = jnp.argmax(live, axis=-1)
+        target = jnp.take_along_axis(candidates, first[..., None], axis=-1)[..., 0]
+        move = move & jnp.any(live, axis=-1) & (spines > 1)
+        new_spine = jnp.where(move, target, spine).astype(spine.dtype)
         controlled, marked, p100, overload = measure(new_spine)
         improved = overload < best * (1.0 - tol)
         best = jnp.minimum(best, overload)
         since_best = jnp.where(improved, 0, since_best + 1)
         trace = trace.at[it + 1].set(p100)
         excess = excess.at[it + 1].set(overload)
-        return (new_spine, controlled, marked, overload, best, since_best, it + 1, trace,
-                excess)
+        better = (p100 < best_p100) | ((p100 == best_p100) & (overload < best_overload))
+        best_spine = jnp.where(better, new_spine, best_spine)
+        best_p100 = jnp.where(better, p100, best_p100)
+        best_overload = jnp.where(better, overload, best_overload)
+        return (new_spine, controlled, marked, best, since_best, it + 1, trace, excess,
+                best_spine, best_p100, best_overload)
 
-    spine, controlled, marked, overload, _, since_best, it, trace, excess = jax.lax.while_loop(
-        cond, body, init)
+    final = jax.lax.while_loop(cond, body, init)
+    (last_spine, _, last_marked, _, since_best, it, trace, excess, best_spine, _,
+     best_overload) = final
     steps = jnp.arange(max_iters + 1)
     trace = jnp.where(steps > it, trace[it], trace)  # unused tail repeats the final value
     excess = jnp.where(steps > it, excess[it], excess)
-    n_marked = jnp.sum(marked).astype(jnp.int32)
-    status = jnp.where(n_marked == 0, MRC_BALANCED,
+    # a balanced stop is a true fixed point (nothing would move again): return it; otherwise
+    # the swapping would go on, and the best EV set it reached is returned
+    balanced = ~jnp.any(last_marked)
+    spine_out = jnp.where(balanced, last_spine, best_spine)
+    _, marked_out, _, overload_out = measure(spine_out)
+    status = jnp.where(balanced, MRC_BALANCED,
                        jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
-    return MrcResult(spine=spine, iterations=it, status=status.astype(jnp.int32),
-                     residual=overload, marked=n_marked, trace=trace, excess_trace=excess)
+    return MrcResult(spine=spine_out, iterations=it, status=status.astype(jnp.int32),
+                     residual=overload_out, marked=jnp.sum(marked_out).astype(jnp.int32),
+                     trace=trace, excess_trace=excess, final_spine=last_spine)
 
 
 @functools.partial(jax.jit, static_argnums=0,
@@ -145,7 +195,8 @@ def solve_mrc_phase(geom: ClosGeometry, src, dst, plane, spine, demand, size_byt
                           threshold, damping, tol, max_iters=max_iters, patience=patience)
     links = clos_path_links(geom, src[:, None], dst[:, None], plane, mrc.spine, xp=jnp)
     weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
-    result = evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive,
+    ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
+    result = evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive,
                             eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds,
                             top_k=top_k)
     return mrc, result

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.fabric import ClosGeometry
-from fabricjax.solver import PhaseResult, evaluate_split, uniform_phase
+from fabricjax.solver import PhaseResult, evaluate_split, uniform_live_split
 
 HOPS = 4
 
@@ -103,6 +103,28 @@ def path_set(geom: ClosGeometry, src: np.ndarray, dst: np.ndarray, plane: np.nda
                    plane=np.ascontiguousarray(plane), spine=np.ascontiguousarray(spine))
 
 
+def clos_incidence(geom: ClosGeometry, src, dst, plane, links, weights):
+    """The flow-link incidence of Clos paths without repeats: (ids int32[F, E, 1],
+    coef float[F, E]) with E = 2K + 2P, coef = the share of the flow's rate on that link.
+
+    On a Clos path the NIC-port hops (GPU -> T0 and T0 -> GPU of a plane) are the same link
+    for every slot of that plane, so [F, K, 4] entries repeat each of them K/P times. Here the
+    fabric hops stay per slot (hops 1 and 2; for same-T0 flows hop 1 is the T0 -> GPU link
+    and hop 2 the sentinel) and the NIC-port hops are summed per plane: 2K + 2P entries
+    instead of 4K (272 instead of 512 at K = 128, P = 8). The solver functions accept this
+    as links with one hop and per-entry weights; loads and max-min rates are unchanged."""
+    num_flows, num_slots = weights.shape
+    planes = jnp.arange(geom.planes)
+    plane_w = jnp.zeros((num_flows, geom.planes), weights.dtype).at[
+        jnp.arange(num_flows)[:, None], plane].add(weights)
+    cross = (geom.t0_of(src) != geom.t0_of(dst))[:, None]
+    host_up = geom.gpu_up(planes[None, :], src[:, None])
+    host_down = geom.gpu_down(planes[None, :], dst[:, None])
+    ids = jnp.concatenate([host_up, links[:, :, 1], links[:, :, 2], host_down], axis=1)
+    coef = jnp.concatenate([plane_w, weights, weights, jnp.where(cross, plane_w, 0.0)], axis=1)
+    return ids.astype(jnp.int32)[:, :, None], coef
+
+
 @functools.partial(jax.jit, static_argnums=0, static_argnames=("tier_bounds", "top_k"))
 def solve_clos_uniform_phase(geom: ClosGeometry, src, dst, plane, spine, demand, size_bytes,
                              flow_cap, capacity, alive, eps, max_rounds, *, tier_bounds,
@@ -110,8 +132,10 @@ def solve_clos_uniform_phase(geom: ClosGeometry, src, dst, plane, spine, demand,
     """`solver.uniform_phase` with the [F, K, H] link ids derived on the device from the
     [F, K] slot choices (the same ids `path_set` stores; a quarter of the transfer)."""
     links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
-    return uniform_phase(links, demand, size_bytes, flow_cap, capacity, alive, eps, max_rounds,
-                         tier_bounds=tier_bounds, top_k=top_k)
+    weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
+    ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
+    return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive, eps=eps,
+                          max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=("tier_bounds", "top_k"))
@@ -121,5 +145,6 @@ def solve_clos_weighted_phase(geom: ClosGeometry, src, dst, plane, spine, weight
     """`solver.evaluate_split` for a given split weights[F, K] over Clos slots (e.g. the
     optimal policy's), links derived on the device."""
     links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
-    return evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive,
-                          eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
+    ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
+    return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive, eps=eps,
+                          max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
