@@ -203,11 +203,15 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
         args = jax.device_put((flows.src, flows.dst, plane, spine, opt.weights, *inputs))
         result = jax.device_get(solve_clos_weighted_phase(geom, *args, tier_bounds=bounds,
                                                           top_k=top_k))
+        from fabricjax.optimal import STATUS_ITERATION_LIMIT, STATUS_NO_PATH
+
         status = int(opt.status)
-        names = {0: "converged (gap)", 1: "iteration cap", 2: "no live path on a plane"}
+        capped = bool(status & STATUS_ITERATION_LIMIT)
+        convergence = "iteration cap" if capped else "converged (gap)"
+        if status & STATUS_NO_PATH:
+            convergence += "; a flow lost a plane (no live path)"
         return PhaseOutcome(result, slots=plane.shape[1], iterations=int(opt.iterations),
-                            convergence=names.get(status, f"status {status}"),
-                            residual=float(opt.gap), capped=status == 1)
+                            convergence=convergence, residual=float(opt.gap), capped=capped)
     raise ValueError(f"unknown policy {policy!r}")  # pragma: no cover - schema forbids
 
 

@@ -80,7 +80,8 @@ def load_json_strict(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One full analysis of the tiny scenario with both policies and a JSON report."""
+    """One full analysis of the tiny scenario with the default (all four) policies and a
+    JSON report."""
     root = tmp_path_factory.mktemp("tiny")
     (root / "tiny.yaml").write_text(TINY)
     proc = fabricjax("analyze", "tiny.yaml", "--json", "out.json", cwd=root)
@@ -96,19 +97,28 @@ def test_good_run_exits_0_and_writes_json(tiny_run):
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "wrote out.json" in proc.stdout
-    assert "ecmp" in proc.stdout and "spray" in proc.stdout
+    for policy in ("ecmp", "spray", "mrc", "optimal"):   # the default policies
+        assert policy in proc.stdout
+    assert "Iterative policies" in proc.stdout
     report = load_json_strict(out)
     assert report["scenario"] == "tiny"
     assert report["seed"] == 3
     assert report["fabric"]["gpus"] == 64
+    assert set(report["versions"]) >= {"fabricjax", "jax", "numpy", "device"}
     records = report["results"]
     assert isinstance(records, list)
     assert {(r["policy"], r["workload"]) for r in records} == {
-        ("ecmp", "perm"), ("ecmp", "ring"), ("spray", "perm"), ("spray", "ring")}
+        (p, w) for p in ("ecmp", "spray", "mrc", "optimal") for w in ("perm", "ring")}
     for record in records:
         for key in REQUIRED:
             assert key in record, (key, record)
         assert record["status"] == "ok", record
+        if record["policy"] in ("mrc", "optimal"):   # iterative policies say how they ended
+            assert isinstance(record["iterations"], int) and record["iterations"] >= 0
+            assert record["convergence"].startswith("converged"), record
+            assert record["residual"] >= 0
+        else:
+            assert record["iterations"] is None and record["convergence"] is None
         assert 0 < record["p99_utilisation"] <= record["p100_utilisation"]
         assert record["completion_s"] > 0
         assert record["busbw_gbps"] > 0
@@ -116,11 +126,12 @@ def test_good_run_exits_0_and_writes_json(tiny_run):
     assert sorted(p.name for p in out.parent.iterdir()) == ["out.json", "tiny.yaml"]
 
 
-def test_ecmp_tail_is_no_better_than_spray_on_a_permutation(tiny_run):
+def test_policies_are_ordered_on_a_permutation(tiny_run):
     _, out = tiny_run
     records = load_json_strict(out)["results"]
     p100 = {r["policy"]: r["p100_utilisation"] for r in records if r["workload"] == "perm"}
     assert p100["ecmp"] >= p100["spray"] - 1e-6
+    assert p100["optimal"] <= p100["mrc"] + 1e-5 and p100["mrc"] <= p100["spray"] + 1e-5
     done = {r["policy"]: r["completion_s"] for r in records if r["workload"] == "perm"}
     assert done["ecmp"] >= done["spray"] * (1 - 1e-6)
 
