@@ -92,10 +92,14 @@ def analyze(
     """Evaluate each policy on the scenario's workload: utilisation tail and completion time."""
     config = _load(scenario, policies=policy, seed=seed)
     _check_output(json_path, "--json")
+    from fabricjax.errors import ScenarioError
+
     try:
         report = _run_analysis(config, quiet, trace)
     except KeyboardInterrupt:
         _fail("interrupted; nothing was written", 130)
+    except ScenarioError as error:
+        _fail(str(error.with_source(str(scenario))))
     from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, report_dict,
                                   time_table, trace_lines, utilisation_table, write_json_atomic)
 

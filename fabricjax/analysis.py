@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from fabricjax.errors import ScenarioError
 from fabricjax.fabric import TIER_NAMES, Fabric, build_fabric, fabric_summary
 from fabricjax.paths import PathSet, hashed_slots, path_set, spread_slots
 from fabricjax.scenario import Scenario
@@ -285,6 +286,29 @@ def _collective_record(policy: str, collective: Collective, outcomes: list[Phase
     )
 
 
+# The optimal bound keeps about a dozen float32 [commodities, P, S] arrays and weights over
+# the full [F, P * S] slot grid; past this many slot entries it would not fit a laptop.
+OPTIMAL_MAX_SLOT_ENTRIES = 2**26
+
+
+def check_resources(scenario: Scenario, collectives: list[Collective], fabric: Fabric) -> None:
+    """Refuse, before any allocation, what would not fit (a ScenarioError names the fix)."""
+    if "optimal" not in scenario.policies:
+        return
+    g = fabric.geometry
+    for collective in collectives:
+        for phase in collective.phases:
+            entries = phase.flows.num_flows * g.planes * g.spines
+            if entries > OPTIMAL_MAX_SLOT_ENTRIES:
+                gib = entries * 4 * 16 / 2**30
+                raise ScenarioError(
+                    "policies",
+                    f"'optimal' needs about {gib:.0f} GiB for {collective.name} "
+                    f"({phase.flows.num_flows:,} flows x {g.planes * g.spines:,} paths); "
+                    f"allowed up to {OPTIMAL_MAX_SLOT_ENTRIES:,} flow-path pairs: drop 'optimal' "
+                    "from policies (or pass --policy for the others)")
+
+
 def analyze(scenario: Scenario, *, trace: bool = False,
             progress: Callable[[str, int, int], None] | None = None) -> Report:
     """Evaluate every policy on every workload item of the scenario.
@@ -292,6 +316,7 @@ def analyze(scenario: Scenario, *, trace: bool = False,
     `trace`: keep mrc's P100 after every iteration in its records."""
     fabric = build_fabric(scenario.fabric)
     collectives = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
+    check_resources(scenario, collectives, fabric)
     total = len(scenario.policies) * sum(len(c.phases) for c in collectives)
     done = 0
     records = []
