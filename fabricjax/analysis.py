@@ -18,9 +18,9 @@ from fabricjax.fabric import TIER_NAMES, Fabric, build_fabric, fabric_summary
 from fabricjax.paths import PathSet, hashed_slots, path_set, spread_slots
 from fabricjax.scenario import Scenario
 from fabricjax.solver import STATUS_OK, status_names
+from fabricjax.workload import Collective, Flows, build_workload
 
 ADAPT_CAP = 1 << 8     # an mrc / optimal iteration hit max_iters (beside the solver's flags)
-from fabricjax.workload import Collective, Flows, build_workload
 
 # Stable stream ids so that adding a policy never changes another policy's random draws.
 _POLICY_STREAM = {"ecmp": 1, "spray": 2, "mrc": 3, "optimal": 4}
@@ -55,7 +55,7 @@ class PolicyRecord:
     bottleneck_links: list
     iterations: int | None = None        # mrc: EV-swap iterations; optimal: solver iterations
     convergence: str | None = None       # mrc / optimal: how the iteration ended
-    residual: float | None = None        # mrc: final fabric overload; optimal: duality gap
+    residual: float | None = None        # mrc: overload of the returned EVs; optimal: gap
     trace: list | None = None            # mrc with --trace: P100 after each iteration
 
     def as_dict(self) -> dict:
@@ -194,7 +194,8 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
                             trace=np.asarray(mrc.trace[: iterations + 1]) if trace else None,
                             capped=int(mrc.status) == MRC_ITERATION_CAP)
     if policy == "optimal":
-        from fabricjax.optimal import full_slot_grid, optimal_split
+        from fabricjax.optimal import (STATUS_ITERATION_LIMIT, STATUS_NO_PATH, full_slot_grid,
+                                       optimal_split)
         from fabricjax.paths import solve_clos_weighted_phase
 
         cfg = scenario.optimal
@@ -204,8 +205,6 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
         args = jax.device_put((flows.src, flows.dst, plane, spine, opt.weights, *inputs))
         result = jax.device_get(solve_clos_weighted_phase(geom, *args, tier_bounds=bounds,
                                                           top_k=top_k))
-        from fabricjax.optimal import STATUS_ITERATION_LIMIT, STATUS_NO_PATH
-
         status = int(opt.status)
         capped = bool(status & STATUS_ITERATION_LIMIT)
         convergence = "iteration cap" if capped else "converged (gap)"

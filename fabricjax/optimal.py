@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.fabric import ClosGeometry
+from fabricjax.solver import flag_names
 
 STATUS_OK = 0
 STATUS_ITERATION_LIMIT = 1   # stopped at max_iters with gap > tol * upper (both bounds valid)
@@ -71,12 +72,8 @@ _MAX_STEP = 1e6              # largest step, relative to the first
 
 
 def status_names(code: int) -> list[str]:
-    names = []
-    if code & STATUS_ITERATION_LIMIT:
-        names.append("iteration_limit")
-    if code & STATUS_NO_PATH:
-        names.append("no_live_path")
-    return names or ["ok"]
+    return flag_names(code, {STATUS_ITERATION_LIMIT: "iteration_limit",
+                             STATUS_NO_PATH: "no_live_path"})
 
 
 class Commodities(NamedTuple):

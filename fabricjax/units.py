@@ -33,41 +33,35 @@ def _to_float(value: int | float) -> float:
         return math.inf
 
 
-def parse_size(value: object) -> float:
-    """Bytes as a float (byte counts above 2^31 must not pass through int32)."""
+def _parse_quantity(value: object, pattern: re.Pattern, units: dict, what: str,
+                    help_text: str) -> float:
+    """A positive finite number, or number-with-unit text matched by `pattern` (group 1 the
+    number, group 2 the unit, looked up case-insensitively in `units`)."""
     if isinstance(value, bool):
-        raise ValueError(f"expected {SIZE_HELP}, got {value!r}")
+        raise ValueError(f"expected {help_text}, got {value!r}")
     if isinstance(value, (int, float)):
         number = _to_float(value)
     elif isinstance(value, str):
-        match = _SIZE_RE.match(value)
+        match = pattern.match(value)
         unit = match.group(2).lower() if match else None
-        if match is None or unit not in _SIZE_UNITS:
-            raise ValueError(f"expected {SIZE_HELP}, got {value!r}")
-        number = float(match.group(1)) * _SIZE_UNITS[unit]
+        if match is None or unit not in units:
+            raise ValueError(f"expected {help_text}, got {value!r}")
+        number = float(match.group(1)) * units[unit]
     else:
-        raise ValueError(f"expected {SIZE_HELP}, got {value!r}")
+        raise ValueError(f"expected {help_text}, got {value!r}")
     if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"must be a positive size ({SIZE_HELP}), got {_short(value)}")
+        raise ValueError(f"must be a positive {what} ({help_text}), got {_short(value)}")
     return number
+
+
+def parse_size(value: object) -> float:
+    """Bytes as a float (byte counts above 2^31 must not pass through int32)."""
+    return _parse_quantity(value, _SIZE_RE, _SIZE_UNITS, "size", SIZE_HELP)
 
 
 def parse_rate_gbps(value: object) -> float:
     """Gbit/s as a float."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected {RATE_HELP}, got {value!r}")
-    if isinstance(value, (int, float)):
-        number = _to_float(value)
-    elif isinstance(value, str):
-        match = _RATE_RE.match(value)
-        if match is None:
-            raise ValueError(f"expected {RATE_HELP}, got {value!r}")
-        number = float(match.group(1)) * _RATE_UNITS[match.group(2).lower()]
-    else:
-        raise ValueError(f"expected {RATE_HELP}, got {value!r}")
-    if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"must be a positive rate ({RATE_HELP}), got {_short(value)}")
-    return number
+    return _parse_quantity(value, _RATE_RE, _RATE_UNITS, "rate", RATE_HELP)
 
 
 def _short(value: object) -> str:
