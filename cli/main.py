@@ -62,13 +62,13 @@ def _load(scenario: Path, **overrides):
         _fail(str(error))
 
 
-def _check_output(path: Optional[Path], option: str) -> None:
+def _check_output(path: Optional[Path], option: str, scenario: Path) -> None:
     if path is None:
         return
     from fabricjax.output import check_writable
 
     try:
-        check_writable(path)
+        check_writable(path, protect=(scenario,))
     except OSError as error:
         _fail(f"{option} {path}: cannot write there ({error})")
 
@@ -91,7 +91,7 @@ def analyze(
 ) -> None:
     """Evaluate each policy on the scenario's workload: utilisation tail and completion time."""
     config = _load(scenario, policies=policy, seed=seed)
-    _check_output(json_path, "--json")
+    _check_output(json_path, "--json", scenario)
     from fabricjax.errors import ScenarioError
 
     try:
@@ -103,6 +103,8 @@ def analyze(
     from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, report_dict,
                                   time_table, trace_lines, utilisation_table, write_json_atomic)
 
+    if json_path is not None:   # first: a closed pipe on stdout must not cost the report
+        write_json_atomic(report_dict(report), json_path)
     out.print(f"[bold]{escape(report.scenario)}[/]: {fabric_line(report.fabric)}",
               highlight=False)
     out.print(utilisation_table(report))
@@ -113,8 +115,7 @@ def analyze(
     for line in trace_lines(report) + bottleneck_lines(report):
         out.print(f"  {escape(line)}", highlight=False)
     if json_path is not None:
-        write_json_atomic(report_dict(report), json_path)
-        out.print(f"wrote {json_path}", highlight=False)
+        out.print(f"wrote {escape(str(json_path))}", highlight=False)
 
 
 def _run_analysis(config, quiet: bool, trace: bool):
@@ -124,7 +125,7 @@ def _run_analysis(config, quiet: bool, trace: bool):
 
     if quiet:
         return run(config, trace=trace)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         task = progress.add_task("building", total=None)
 
@@ -142,7 +143,7 @@ def topo(
 ) -> None:
     """Summarise the fabric: GPUs, switches per tier and plane, links, paths, bisection."""
     config = _load(scenario)
-    _check_output(json_path, "--json")
+    _check_output(json_path, "--json", scenario)
     from fabricjax.fabric import fabric_summary
     from fabricjax.report import topo_table, write_json_atomic
 
@@ -156,6 +157,9 @@ def topo(
 def main() -> None:
     try:
         app()
+    except BrokenPipeError:  # `fabricjax analyze ... | head`: the reader left; not an error
+        sys.stderr.close()
+        os._exit(0)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)

@@ -1,8 +1,9 @@
 """fabricjax: a vectorised flow-level analyser of multi-plane AI-training fabrics.
 
-The public entry points: `load_scenario` (YAML -> validated Scenario), `analyze` (Scenario ->
-Report), `build_fabric` and `fabric_summary` (topology), and the jitted core in
-`fabricjax.solver`. JAX is imported only by the modules that compute.
+Entry points: `load_scenario` (YAML -> validated Scenario, exported here);
+`fabricjax.analysis.analyze` (Scenario -> Report); `fabricjax.fabric.build_fabric` and
+`fabric_summary` (topology); the jitted core in `fabricjax.solver`, `fabricjax.mrc` and
+`fabricjax.optimal`. This package's top level does not import JAX, so `--help` stays instant.
 """
 
 __version__ = "0.1.0"

@@ -69,9 +69,7 @@ class Report:
     fabric: dict
     records: list[PolicyRecord]
     solver: dict
-
-    def by_policy(self, policy: str) -> list[PolicyRecord]:
-        return [r for r in self.records if r.policy == policy]
+    config: dict          # the whole validated scenario, so a report can be reproduced
 
 
 def offered_demand(flows: Flows, nic_gbps: float, num_gpus: int) -> np.ndarray:
@@ -152,6 +150,7 @@ class PhaseOutcome:
     residual: float | None = None
     trace: np.ndarray | None = None
     capped: bool = False
+    lost_plane: bool = False        # optimal: some flow has no live path on a plane
 
 
 def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
@@ -202,7 +201,11 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
         opt = optimal_split(geom, flows.src, flows.dst, demand, capacity, alive_mask,
                             max_iters=cfg.max_iters, tol=cfg.tol)
         plane, spine = full_slot_grid(geom, flows.num_flows)
-        args = jax.device_put((flows.src, flows.dst, plane, spine, opt.weights, *inputs))
+        # a flow that lost a plane carries only its live planes' shares: cap its rate to match
+        carried = np.asarray(jax.device_get(opt.weights)).sum(axis=1)
+        capped_inputs = (demand, size32, flow_cap * carried.astype(np.float32), *inputs[3:])
+        args = jax.device_put((flows.src, flows.dst, plane, spine, opt.weights,
+                               *capped_inputs))
         result = jax.device_get(solve_clos_weighted_phase(geom, *args, tier_bounds=bounds,
                                                           top_k=top_k))
         status = int(opt.status)
@@ -211,7 +214,8 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
         if status & STATUS_NO_PATH:
             convergence += "; a flow lost a plane (no live path)"
         return PhaseOutcome(result, slots=plane.shape[1], iterations=int(opt.iterations),
-                            convergence=convergence, residual=float(opt.gap), capped=capped)
+                            convergence=convergence, residual=float(opt.gap), capped=capped,
+                            lost_plane=bool(status & STATUS_NO_PATH))
     raise ValueError(f"unknown policy {policy!r}")  # pragma: no cover - schema forbids
 
 
@@ -252,7 +256,8 @@ def _collective_record(policy: str, collective: Collective, outcomes: list[Phase
     if any(o.capped for o in outcomes):
         status |= ADAPT_CAP
     status_text = "+".join(status_names(status & ~ADAPT_CAP) +
-                           (["iteration_cap"] if status & ADAPT_CAP else []))
+                           (["iteration_cap"] if status & ADAPT_CAP else []) +
+                           (["lost_plane"] if any(o.lost_plane for o in outcomes) else []))
     status_text = status_text.replace("ok+", "")
     traces = [o.trace for o in outcomes if o.trace is not None]
     return PolicyRecord(
@@ -291,7 +296,8 @@ OPTIMAL_MAX_SLOT_ENTRIES = 2**26
 
 
 def check_resources(scenario: Scenario, collectives: list[Collective], fabric: Fabric) -> None:
-    """Refuse, before any allocation, what would not fit (a ScenarioError names the fix)."""
+    """Refuse, before the solvers allocate, what would not fit (a ScenarioError names the
+    fix). Runs after the (small) host-side fabric and workload arrays are built."""
     if "optimal" not in scenario.policies:
         return
     g = fabric.geometry
@@ -337,4 +343,5 @@ def analyze(scenario: Scenario, *, trace: bool = False,
         fabric=fabric_summary(scenario.fabric),
         records=records,
         solver=scenario.solver.model_dump(),
+        config=scenario.model_dump(),
     )

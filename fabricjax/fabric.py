@@ -168,15 +168,13 @@ def fabric_summary(cfg: FabricConfig) -> dict:
     g = clos_geometry(cfg)
     host_links, fabric_links, _, _ = g.tier_sizes
     cross_t0_paths = g.planes * g.spines
-    # A balanced cut splitting the T0s of every plane in half: what crosses it one way is the
-    # smaller of the GPUs' injection on one side and the T0 uplinks on one side.
-    if g.t0s >= 2:
-        half_t0s = g.t0s // 2
-        gpus_one_side = min(g.gpus, half_t0s * g.gpus_per_t0)
-        bisection = g.planes * g.port_gbps * min(gpus_one_side, half_t0s * g.spines)
-        injection = g.planes * g.port_gbps * gpus_one_side
-    else:
-        bisection = injection = g.planes * g.port_gbps * (g.gpus // 2)
+    # A balanced cut: half the GPUs on each side. What crosses it one way is the smaller of
+    # their injection and the T0 uplinks serving them (S uplinks per D GPUs); when every GPU
+    # sits under one T0 nothing needs a spine and only injection counts.
+    half = g.gpus // 2
+    per_gpu_uplink = g.spines / g.gpus_per_t0 if g.t0s >= 2 else 1.0
+    injection = g.planes * g.port_gbps * half
+    bisection = injection * min(1.0, per_gpu_uplink)
     return {
         "gpus": g.gpus,
         "planes": g.planes,
@@ -200,6 +198,6 @@ def fabric_summary(cfg: FabricConfig) -> dict:
         "paths_same_t0": g.planes,
         "paths_cross_t0": cross_t0_paths,
         "bisection_gbps": float(bisection),
-        "full_bisection": bool(bisection >= injection),
+        "full_bisection": bool(g.t0s < 2 or g.spines >= g.gpus_per_t0),
         "max_gpus_two_tiers": g.radix * g.gpus_per_t0,
     }

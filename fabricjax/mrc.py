@@ -21,12 +21,13 @@ The model of one iteration (what MRC does over a few round-trip times):
      (which would only move the hot spot). Staying in the plane keeps every flow's traffic
      exactly balanced across planes, as MRC's per-plane EV assignment does.
 Stops when no EV is marked (`balanced`), when the fabric's overload (the share of fabric
-load above capacity, a smooth measure, unlike the jumpy P100) has not improved by more than
-`tol` (relative) for `patience` iterations (`settled`), or at `max_iters` (`iteration cap`).
-In the *settled* case the swapping goes on in a noisy equilibrium, so its P100 fluctuates; what is returned is then the best EV set it reached
-(lowest P100, then lowest overload), never worse than the spraying it started from. A
-balanced stop returns the balanced EV set itself, a true fixed point. The trace
-records every iteration's P100, so the spread of that equilibrium stays visible.
+load above threshold x capacity, a smooth measure, unlike the jumpy P100) has not improved by
+more than `tol` (relative) for `patience` iterations (`settled`), or at `max_iters`
+(`iteration cap`). In the *settled* case the swapping goes on in a noisy equilibrium, so its
+P100 fluctuates; what is returned is then the best EV set it reached (lowest P100, then lowest
+overload), never worse than the spraying it started from. A balanced stop returns the balanced
+EV set itself, a true fixed point. The trace records every iteration's P100, so the spread of
+that equilibrium stays visible.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class MrcResult(NamedTuple):
     trace: jax.Array        # float[max_iters + 1]: P100 over all links after each iteration
                             # (entry 0 = plain spraying); unused entries repeat the last
     excess_trace: jax.Array # float[max_iters + 1]: overload = sum over fabric links of
-                            # max(load - capacity, 0) / their total load, after each iteration
+                            # max(load - threshold * capacity, 0) / their total load
     final_spine: jax.Array  # int32[F, K]: the EV set when the loop stopped (trace's last entry)
 
 
@@ -109,7 +110,8 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
         controlled = jnp.where(fabric_dead, jnp.inf, controlled)
         p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
         fabric_load = load[fabric_lo:fabric_hi]
-        fabric_cap = jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
+        # excess over the marking level, so that the stop rule sees what marks react to
+        fabric_cap = threshold * jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
         overload = jnp.sum(jnp.maximum(fabric_load - fabric_cap, 0.0)) / jnp.maximum(
             jnp.sum(fabric_load), 1e-30)
         marked = cross & ~host_dead & ((controlled > threshold) | fabric_dead)

@@ -13,9 +13,15 @@ import tempfile
 from pathlib import Path
 
 
-def check_writable(path: str | Path) -> None:
-    """Raise OSError early (before any computing) if `path` cannot be written."""
+def check_writable(path: str | Path, *, protect: tuple[str | Path, ...] = ()) -> None:
+    """Raise OSError early (before any computing) if `path` cannot be written, names a folder
+    (a trailing slash), or is one of the `protect`ed input files."""
+    if str(path).endswith(("/", os.sep)):
+        raise IsADirectoryError(f"{path} names a folder; give a file name")
     target = Path(path)
+    for other in protect:
+        if target.exists() and Path(other).exists() and target.resolve() == Path(other).resolve():
+            raise FileExistsError(f"{path} is the input scenario; refusing to overwrite it")
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise IsADirectoryError(f"{path} is a directory")
@@ -31,6 +37,9 @@ def write_json_atomic(data: dict, path: str | Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                dir=target.parent if str(target.parent) else ".")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)   # mkstemp makes 0600; a report is an ordinary file
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()

@@ -11,13 +11,18 @@ import math
 import platform
 from typing import Any
 
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
 from rich.table import Table
 
 import fabricjax
-from fabricjax.analysis import Report
 from fabricjax.fabric import TIER_NAMES
 from fabricjax.output import check_writable, write_json_atomic  # noqa: F401 (re-export)
 from fabricjax.units import format_bytes, format_seconds
+
+if TYPE_CHECKING:  # keep `topo` free of the JAX import that analysis brings
+    from fabricjax.analysis import Report
 
 
 def _finite(value: Any) -> Any:
@@ -51,12 +56,17 @@ def report_dict(report: Report) -> dict:
         "versions": environment(),
         "fabric": report.fabric,
         "solver": report.solver,
+        "config": report.config,
         "results": [r.as_dict() for r in report.records],
     })
 
 
 def _u(value: float) -> str:
-    return f"{value:.3f}" if math.isfinite(value) else "∞"
+    """A utilisation for a table: rounded once at 1e-6 so that equal values (f32 1.68749994 and
+    1.6875) print alike."""
+    if math.isnan(value):
+        return "nan"
+    return f"{round(value, 6):.3f}" if math.isfinite(value) else "∞"
 
 
 def _opt(value: float | None, fmt: str) -> str:
@@ -79,13 +89,13 @@ def utilisation_table(report: Report) -> Table:
         table.add_column(f"P100 {tier}", justify="right")
     for r in report.records:
         tiers = [_u(r.utilisation_by_tier[t]["p100"]) for t in TIER_NAMES]
-        table.add_row(r.policy, r.workload, _u(r.p50_utilisation), _u(r.p99_utilisation),
+        table.add_row(r.policy, escape(r.workload), _u(r.p50_utilisation), _u(r.p99_utilisation),
                       _u(r.p100_utilisation), *tiers)
     return table
 
 
 def time_table(report: Report) -> Table:
-    table = Table(title="Collective completion (max-min fair rates, slowest flow per step)",
+    table = Table(title="Collective completion (busbw in Gbit/s; nccl-tests prints GB/s = /8)",
                   title_justify="left")
     for column in ("policy", "workload", "size", "steps", "completion", "ideal", "slowdown",
                    "busbw Gbit/s", "status"):
@@ -93,9 +103,9 @@ def time_table(report: Report) -> Table:
                          else "right")
     for r in report.records:
         status = r.status if r.stalled_flows == 0 else f"{r.status} ({r.stalled_flows} flows)"
-        table.add_row(r.policy, r.workload, format_bytes(r.size_bytes), f"{r.steps:,}",
+        table.add_row(r.policy, escape(r.workload), format_bytes(r.size_bytes), f"{r.steps:,}",
                       format_seconds(r.completion_s), format_seconds(r.ideal_s),
-                      _opt(r.slowdown, ".3f") + ("×" if r.slowdown is not None else ""),
+                      (_u(r.slowdown) + "×") if r.slowdown is not None else "—",
                       _opt(r.busbw_gbps, ".1f"), status)
     return table
 
@@ -112,7 +122,7 @@ def adaptation_table(report: Report) -> Table | None:
                          else "right")
     for r in rows:
         what = "overload" if r.policy == "mrc" else "gap"
-        table.add_row(r.policy, r.workload, f"{r.iterations:,}", r.convergence or "—",
+        table.add_row(r.policy, escape(r.workload), f"{r.iterations:,}", r.convergence or "—",
                       f"{what} {r.residual:.4f}" if r.residual is not None else "—",
                       _u(r.p100_utilisation))
     return table

@@ -8,6 +8,7 @@ so ``fabric: {gpus: 1024}`` plus one workload line is a complete scenario.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from pathlib import Path
@@ -21,12 +22,16 @@ from fabricjax.errors import ScenarioError
 from fabricjax.units import parse_rate_gbps, parse_size
 
 POLICIES = ("ecmp", "spray", "mrc", "optimal")
+# Bounds that keep every derived number finite in float32 (times, rates, loads).
+MIN_RATE_GBPS, MAX_RATE_GBPS = 1e-3, 1e5
+MAX_SIZE_BYTES = 2.0**60
+MAX_LINK_ID = 2**31 - 2   # link ids and the sentinel (one past the last link) are int32
 COLLECTIVES = ("permutation", "all-reduce")
 
 
 class _Strict(BaseModel):
     # strict: YAML's `yes`/`true` must not pass as the integer 1 (`planes: yes`).
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class FabricConfig(_Strict):
@@ -44,7 +49,11 @@ class FabricConfig(_Strict):
     @field_validator("port_gbps", mode="before")
     @classmethod
     def _rate(cls, value: Any) -> float:
-        return parse_rate_gbps(value)
+        rate = parse_rate_gbps(value)
+        if not MIN_RATE_GBPS <= rate <= MAX_RATE_GBPS:
+            raise ValueError(f"allowed: {MIN_RATE_GBPS:g} .. {MAX_RATE_GBPS:g} Gbit/s "
+                             f"(got {rate:g})")
+        return rate
 
 
 class _WorkloadBase(_Strict):
@@ -69,7 +78,10 @@ class _WorkloadBase(_Strict):
     @field_validator("size", mode="before")
     @classmethod
     def _size(cls, value: Any) -> float:
-        return parse_size(value)
+        size = parse_size(value)
+        if not 1 <= size <= MAX_SIZE_BYTES:
+            raise ValueError(f"allowed: 1 byte .. 1 EiB (2^60 bytes) (got {size:g} bytes)")
+        return size
 
 
 class PermutationConfig(_WorkloadBase):
@@ -140,7 +152,7 @@ class SolverConfig(_Strict):
 
     eps: float = Field(0.01, ge=0.0, le=0.5)
     max_rounds: int = Field(2000, ge=1, le=1_000_000)
-    step_latency_us: float = Field(0.0, ge=0.0)
+    step_latency_us: float = Field(0.0, ge=0.0, le=1e6)
 
 
 class Scenario(_Strict):
@@ -183,7 +195,7 @@ def check_fabric(fabric: FabricConfig) -> None:
             f"{fabric.oversubscription:g} does not split radix {fabric.radix} into whole "
             f"down:up port counts; allowed: ratios d/u with d + u = {fabric.radix}, e.g. 1, 3",
         )
-    down, _ = two_tier_ports(fabric)
+    down, up = two_tier_ports(fabric)
     reach = fabric.radix * down
     if fabric.gpus > reach:
         raise ScenarioError(
@@ -191,6 +203,25 @@ def check_fabric(fabric: FabricConfig) -> None:
             f"{fabric.gpus} GPUs exceed what two tiers of radix {fabric.radix} reach "
             f"({fabric.radix} T0s x {down} GPUs = {reach}); allowed: 2..{reach}",
         )
+    t0s = -(-fabric.gpus // down)
+    links = 2 * fabric.planes * (fabric.gpus + t0s * up)
+    if links > MAX_LINK_ID:
+        raise ScenarioError(
+            "fabric.gpus",
+            f"{fabric.gpus} GPUs on {fabric.planes} planes make {links:,} directed links; "
+            f"link ids are int32, allowed: up to {MAX_LINK_ID:,} links (fewer GPUs or planes)")
+
+
+def check_policies(scenario: Scenario) -> None:
+    """EVs are assigned equally per plane, so their count must divide evenly."""
+    planes = scenario.fabric.planes
+    for section in ("spray", "mrc"):
+        evs = getattr(scenario, section).evs
+        if evs % planes:
+            raise ScenarioError(
+                f"{section}.evs",
+                f"{evs} EVs cannot be split equally over {planes} planes; allowed: multiples "
+                f"of fabric.planes ({planes}, {2 * planes}, ..., e.g. {planes * max(1, round(evs / planes))})")
 
 
 def check_workload(scenario: Scenario) -> None:
@@ -228,10 +259,10 @@ def job_size(item: PermutationConfig | AllReduceConfig, fabric_gpus: int) -> int
 
 # --------------------------------------------------------------------------- error messages
 
-def _strip_optional(annotation: Any) -> Any:
+def _strip_annotated(annotation: Any) -> Any:
     origin = typing.get_origin(annotation)
     if origin is Annotated:
-        return _strip_optional(typing.get_args(annotation)[0])
+        return _strip_annotated(typing.get_args(annotation)[0])
     return annotation
 
 
@@ -239,7 +270,7 @@ def _allowed_fields(loc: tuple) -> list[str] | None:
     """Field names allowed at `loc` (the parent of an unknown key), walking the models."""
     node: Any = Scenario
     for part in loc:
-        node = _strip_optional(node)
+        node = _strip_annotated(node)
         if isinstance(node, type) and issubclass(node, BaseModel):
             if part not in node.model_fields:
                 return None
@@ -261,26 +292,23 @@ def _allowed_fields(loc: tuple) -> list[str] | None:
             node = variants[0]
             continue
         return None
-    node = _strip_optional(node)
+    node = _strip_annotated(node)
     if isinstance(node, type) and issubclass(node, BaseModel):
         return list(node.model_fields)
     return None
 
 
-def _field_path(loc: tuple) -> tuple[str, tuple]:
-    """Dotted path for a pydantic loc; drops union tags (``permutation``) from the text."""
+def _field_path(loc: tuple) -> str:
+    """Dotted path for a pydantic loc, without the union tag (``workload[0].permutation``)."""
     parts: list[str] = []
-    kept: list[Any] = []
     for i, part in enumerate(loc):
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif i > 0 and isinstance(loc[i - 1], int) and loc[0] == "workload" and i == 2:
-            kept.append(part)  # discriminated-union tag: keep for lookup, hide from user
-            continue
+        elif loc[0] == "workload" and i == 2:
+            continue  # the discriminated-union tag: the user never wrote it
         else:
             parts.append(("." if parts else "") + str(part))
-        kept.append(part)
-    return "".join(parts), tuple(loc)
+    return "".join(parts)
 
 
 def _short(value: Any) -> str:
@@ -291,7 +319,7 @@ def _short(value: Any) -> str:
 def _format_validation_error(err: pydantic.ValidationError) -> ScenarioError:
     first = err.errors()[0]
     loc = tuple(first["loc"])
-    path, _ = _field_path(loc)
+    path = _field_path(loc)
     kind = first["type"]
     msg = first["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
@@ -339,12 +367,26 @@ def parse_scenario(data: Any, *, default_name: str = "scenario") -> Scenario:
         raise _format_validation_error(err) from None
     check_fabric(scenario.fabric)
     check_workload(scenario)
+    check_policies(scenario)
     return scenario
 
 
 class _SafeLoader(yaml.SafeLoader):
-    """yaml.SafeLoader whose scalar constructors report a bad value (`2024-13-45`, `!!int abc`)
-    as a ConstructorError at the value's line, not a bare ValueError/KeyError/AttributeError."""
+    """yaml.SafeLoader that (1) reports a bad scalar (`2024-13-45`, `!!int abc`) as a
+    ConstructorError at its line, not a bare ValueError/KeyError/AttributeError; (2) reads
+    YAML 1.2 floats such as `1e-4` as numbers (YAML 1.1 wants `1.0e-4`); (3) refuses a key given
+    twice in one mapping instead of silently keeping the last."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {_short(key)} appears twice in one mapping",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
     def construct_object(self, node, deep=False):
         try:
@@ -355,6 +397,14 @@ class _SafeLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"cannot read {_short(node.value)} as {node.tag}: {err}",
                 node.start_mark) from None
+
+
+_SafeLoader.yaml_implicit_resolvers = {
+    first: list(resolvers) for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_SafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -110,7 +110,7 @@ def reference_measure(ref: ReferenceClos, src, dst, plane, spine, demand, capaci
                 controlled[f, k] = max(util[l] for l in paths[f][k]
                                        if ref.tier[l] in (TIER_T0_T1, TIER_T1_T0))
     fabric = np.isin(ref.tier, (TIER_T0_T1, TIER_T1_T0))
-    excess = np.maximum(load - np.where(usable, capacity, 0.0), 0.0)
+    excess = np.maximum(load - threshold * np.where(usable, capacity, 0.0), 0.0)
     overload = excess[fabric].sum() / max(load[fabric].sum(), 1e-30)
 
     # an EV behind a dead NIC port (first or last hop) is retired for good: never marked

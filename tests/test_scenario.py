@@ -212,7 +212,7 @@ BAD = [
     ("radix-odd", fab(radix=15), "fabric.radix", ["even"]),
     ("oversub-split", fab(oversubscription=2), "fabric.oversubscription", ["allowed", "1, 3"]),
     ("oversub-huge", fab(oversubscription=1000), "fabric.oversubscription", ["allowed"]),
-    ("oversub-inf", fab(oversubscription=math.inf), "fabric.oversubscription", ["allowed"]),
+    ("oversub-inf", fab(oversubscription=math.inf), "fabric.oversubscription", ["finite"]),
     ("gpus-reach", fab(gpus=129), "fabric.gpus", ["128", "2..128"]),
     ("gpus-reach-oversub", fab(oversubscription=3, gpus=193), "fabric.gpus", ["2..192"]),
     # workload lists
