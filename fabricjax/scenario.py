@@ -378,14 +378,16 @@ class _SafeLoader(yaml.SafeLoader):
     twice in one mapping instead of silently keeping the last."""
 
     def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if key is not None and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {_short(key)} appears twice in one mapping",
-                    key_node.start_mark)
-            seen.add(key)
+        if isinstance(node, yaml.MappingNode):  # else the base class raises its own error
+            seen = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {_short(key_node.value)} appears twice in one mapping",
+                        key_node.start_mark)
+                seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
 
     def construct_object(self, node, deep=False):

@@ -13,6 +13,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# CI (CI=true) replays the same examples every run, so a red build is reproducible; a local run
+# explores fresh ones (the fuzzing that finds new bugs); HYPOTHESIS_PROFILE picks one explicitly.
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("dev")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
+                                     "ci" if os.environ.get("CI") else "dev"))
 
 from fabricjax.fabric import build_fabric  # noqa: E402
 from fabricjax.scenario import FabricConfig, parse_scenario  # noqa: E402

@@ -526,3 +526,12 @@ def test_random_file_bytes_load_or_raise_scenario_error(tmp_path, content):
         assert "\n" not in str(err)
         return
     assert isinstance(result, Scenario)
+
+
+@pytest.mark.parametrize("content", [b"!!set .", b"!!map x", b"a: !!set .\n", b"? [1, 2]\n: 3\n"])
+def test_yaml_nodes_of_the_wrong_kind_are_scenario_errors(tmp_path, content):
+    """Found by the fuzz test: a tag that asks for a mapping on a scalar node."""
+    path = tmp_path / "s.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ScenarioError):
+        load_scenario(path)
