@@ -225,15 +225,17 @@ def markdown(rows1, rows2, rows3=()) -> str:
     for r in rows1:
         if "reference_s" in r:
             lines.append(
-                f"| {r['gpus']:,} | {r['policy']} | {r['flows_x_slots']:,} | {r['reference_s']:.2f} s "
-                f"| {r['fabricjax_first_s']:.2f} s | {r['fabricjax_s']:.3f} s | "
+                f"| {r['gpus']:,} | {r['policy']} | {r['flows_x_slots']:,} | "
+                f"{r['reference_s']:.2f} s | {r['fabricjax_first_s']:.2f} s | "
+                f"{r['fabricjax_s']:.3f} s | "
                 f"{r['speedup']:.0f}x ({r['speedup_with_compile']:.0f}x with compile) | "
                 f"{r['reference_rounds']} / {r['rounds']} | {r['p100_diff']:.1e}, "
                 f"{r['rate_rel_diff']:.1e} |")
         else:
             lines.append(
                 f"| {r['gpus']:,} | {r['policy']} | {r['flows_x_slots']:,} | not run | "
-                f"{r['fabricjax_first_s']:.2f} s | {r['fabricjax_s']:.3f} s | — | — / {r['rounds']} | — |")
+                f"{r['fabricjax_first_s']:.2f} s | {r['fabricjax_s']:.3f} s | — | "
+                f"— / {r['rounds']} | — |")
     if rows2:
         lines += ["", "| 131,072-GPU ring step | policy | start to result (imports + first call, "
                   "with compile) | second call (compiled) | max-min rounds | P100 | peak memory |",

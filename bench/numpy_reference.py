@@ -54,7 +54,8 @@ def path_links(graph: nx.DiGraph, g: ClosGeometry, src, dst, plane, spine) -> np
         for k in range(plane.shape[1]):
             p, sp = int(plane[f, k]), int(spine[f, k])
             if s_t0 == d_t0:
-                hops = [(("gpu", int(src[f])), ("t0", p, s_t0)), (("t0", p, d_t0), ("gpu", int(dst[f])))]
+                hops = [(("gpu", int(src[f])), ("t0", p, s_t0)),
+                        (("t0", p, d_t0), ("gpu", int(dst[f])))]
             else:
                 hops = [(("gpu", int(src[f])), ("t0", p, s_t0)), (("t0", p, s_t0), ("t1", p, sp)),
                         (("t1", p, sp), ("t0", p, d_t0)), (("t0", p, d_t0), ("gpu", int(dst[f])))]

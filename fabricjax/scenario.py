@@ -221,7 +221,8 @@ def check_policies(scenario: Scenario) -> None:
             raise ScenarioError(
                 f"{section}.evs",
                 f"{evs} EVs cannot be split equally over {planes} planes; allowed: multiples "
-                f"of fabric.planes ({planes}, {2 * planes}, ..., e.g. {planes * max(1, round(evs / planes))})")
+                f"of fabric.planes ({planes}, {2 * planes}, ..., "
+                f"e.g. {planes * max(1, round(evs / planes))})")
 
 
 def check_workload(scenario: Scenario) -> None:
@@ -424,7 +425,8 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ScenarioError("", "is not UTF-8 text; expected a YAML scenario file", source) from None
+        raise ScenarioError("", "is not UTF-8 text; expected a YAML scenario file",
+                            source) from None
     try:
         data = yaml.load(text, Loader=_SafeLoader)
     except yaml.YAMLError as err:

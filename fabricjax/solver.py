@@ -11,7 +11,6 @@ they report and the host decides what to tell the user.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
