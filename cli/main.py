@@ -75,14 +75,16 @@ def _check_output(path: Optional[Path], option: str, scenario: Path) -> None:
 
 @app.command()
 def analyze(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.",
+                                             metavar="SCENARIO.yaml")],
     policy: Annotated[Optional[list[str]], typer.Option(
-        "--policy", "-p", help="Policy to evaluate (repeatable): ecmp, spray, mrc, optimal. "
+        "--policy", "-p", metavar="NAME", help="Policy to evaluate (repeatable): ecmp, spray, mrc, optimal. "
         "Default: the scenario's `policies`.")] = None,
     seed: Annotated[Optional[int], typer.Option(
-        help="Random seed for workload and path draws (overrides the scenario's).")] = None,
+        metavar="N", help="Random seed for workload and path draws (overrides the scenario's).")] = None,
     json_path: Annotated[Optional[Path], typer.Option(
-        "--json", help="Write the full report as JSON to this path (atomically).")] = None,
+        "--json", metavar="PATH",
+        help="Write the full report as JSON to this path (atomically).")] = None,
     trace: Annotated[bool, typer.Option(
         "--trace", help="Record mrc's P100 after every iteration (printed, and in the JSON "
         "as `trace`).")] = False,
@@ -137,9 +139,11 @@ def _run_analysis(config, quiet: bool, trace: bool):
 
 @app.command()
 def topo(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (its `fabric` section).")],
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (its `fabric` section).",
+                                             metavar="SCENARIO.yaml")],
     json_path: Annotated[Optional[Path], typer.Option(
-        "--json", help="Write the summary as JSON to this path (atomically).")] = None,
+        "--json", metavar="PATH",
+        help="Write the summary as JSON to this path (atomically).")] = None,
 ) -> None:
     """Summarise the fabric: GPUs, switches per tier and plane, links, paths, bisection."""
     config = _load(scenario)
