@@ -78,10 +78,12 @@ def analyze(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.",
                                              metavar="SCENARIO.yaml")],
     policy: Annotated[Optional[list[str]], typer.Option(
-        "--policy", "-p", metavar="NAME", help="Policy to evaluate (repeatable): ecmp, spray, mrc, optimal. "
+        "--policy", "-p", metavar="NAME",
+        help="Policy to evaluate (repeatable): ecmp, spray, mrc, optimal. "
         "Default: the scenario's `policies`.")] = None,
     seed: Annotated[Optional[int], typer.Option(
-        metavar="N", help="Random seed for workload and path draws (overrides the scenario's).")] = None,
+        metavar="N",
+        help="Random seed for workload and path draws (overrides the scenario's).")] = None,
     json_path: Annotated[Optional[Path], typer.Option(
         "--json", metavar="PATH",
         help="Write the full report as JSON to this path (atomically).")] = None,
