@@ -104,8 +104,9 @@ def analyze(
         _fail("interrupted; nothing was written", 130)
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
+    from fabricjax.output import write_json_atomic
     from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, report_dict,
-                                  time_table, trace_lines, utilisation_table, write_json_atomic)
+                                  time_table, trace_lines, utilisation_table)
 
     if json_path is not None:   # first: a closed pipe on stdout must not cost the report
         write_json_atomic(report_dict(report), json_path)
@@ -151,7 +152,8 @@ def topo(
     config = _load(scenario)
     _check_output(json_path, "--json", scenario)
     from fabricjax.fabric import fabric_summary
-    from fabricjax.report import topo_table, write_json_atomic
+    from fabricjax.output import write_json_atomic
+    from fabricjax.report import topo_table
 
     summary = fabric_summary(config.fabric)
     out.print(topo_table(summary))

@@ -15,7 +15,7 @@ import numpy as np
 
 from fabricjax.errors import ScenarioError
 from fabricjax.fabric import TIER_NAMES, Fabric, build_fabric, fabric_summary
-from fabricjax.paths import PathSet, hashed_slots, path_set, spread_slots
+from fabricjax.paths import PathSet, hashed_slots, spread_slots
 from fabricjax.scenario import Scenario
 from fabricjax.solver import STATUS_OK, status_names
 from fabricjax.workload import Collective, Flows, build_workload
@@ -87,13 +87,6 @@ def policy_slots(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
     if policy == "spray":
         return spread_slots(geom, flows.num_flows, scenario.spray.evs, rng)
     raise ValueError(f"unknown policy {policy!r}")  # pragma: no cover - schema forbids
-
-
-def policy_paths(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
-                 rng: np.random.Generator) -> PathSet:
-    """The same slots as `policy_slots`, with link ids materialised on the host."""
-    plane, spine = policy_slots(policy, scenario, fabric, flows, rng)
-    return path_set(fabric.geometry, flows.src, flows.dst, plane, spine)
 
 
 def _tier_bounds(fabric: Fabric) -> tuple[tuple[int, int], ...]:
@@ -201,11 +194,7 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
         opt = optimal_split(geom, flows.src, flows.dst, demand, capacity, alive_mask,
                             max_iters=cfg.max_iters, tol=cfg.tol)
         plane, spine = full_slot_grid(geom, flows.num_flows)
-        # a flow that lost a plane carries only its live planes' shares: cap its rate to match
-        carried = np.asarray(jax.device_get(opt.weights)).sum(axis=1)
-        capped_inputs = (demand, size32, flow_cap * carried.astype(np.float32), *inputs[3:])
-        args = jax.device_put((flows.src, flows.dst, plane, spine, opt.weights,
-                               *capped_inputs))
+        args = jax.device_put((flows.src, flows.dst, plane, spine, opt.weights, *inputs))
         result = jax.device_get(solve_clos_weighted_phase(geom, *args, tier_bounds=bounds,
                                                           top_k=top_k))
         status = int(opt.status)

@@ -53,7 +53,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.fabric import ClosGeometry
-from fabricjax.solver import flag_names
 
 STATUS_OK = 0
 STATUS_ITERATION_LIMIT = 1   # stopped at max_iters with gap > tol * upper (both bounds valid)
@@ -69,11 +68,6 @@ _LOG_TINY = float(np.log(_TINY))
 _ROUNDING = 1e-5
 _GROW, _SHRINK = 1.2, 0.5    # step size after an accepted / a rejected step
 _MAX_STEP = 1e6              # largest step, relative to the first
-
-
-def status_names(code: int) -> list[str]:
-    return flag_names(code, {STATUS_ITERATION_LIMIT: "iteration_limit",
-                             STATUS_NO_PATH: "no_live_path"})
 
 
 class Commodities(NamedTuple):

@@ -143,7 +143,9 @@ def solve_clos_weighted_phase(geom: ClosGeometry, src, dst, plane, spine, weight
                               size_bytes, flow_cap, capacity, alive, eps, max_rounds, *,
                               tier_bounds, top_k) -> PhaseResult:
     """`solver.evaluate_split` for a given split weights[F, K] over Clos slots (e.g. the
-    optimal policy's), links derived on the device."""
+    optimal policy's), links derived on the device. A flow whose weights sum to less than 1
+    (it lost a plane) carries only that share, so its rate cap shrinks to match."""
+    flow_cap = flow_cap * jnp.minimum(weights.sum(axis=1), 1.0)
     links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
     ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
     return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive, eps=eps,

@@ -18,7 +18,6 @@ from rich.table import Table
 
 import fabricjax
 from fabricjax.fabric import TIER_NAMES
-from fabricjax.output import check_writable, write_json_atomic  # noqa: F401 (re-export)
 from fabricjax.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:  # keep `topo` free of the JAX import that analysis brings

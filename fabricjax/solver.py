@@ -24,13 +24,10 @@ QUANTILES = (0.5, 0.99, 1.0)
 GBIT_PER_BYTE = 8e-9
 
 
-def flag_names(code: int, names: dict[int, str]) -> list[str]:
-    """The names of the bit flags set in `code` (["ok"] when none is)."""
-    return [name for flag, name in names.items() if code & flag] or ["ok"]
-
-
 def status_names(code: int) -> list[str]:
-    return flag_names(code, {STATUS_ROUND_LIMIT: "round_limit", STATUS_STALLED: "stalled"})
+    """The names of the STATUS_* flags set in `code` (["ok"] when none is)."""
+    names = {STATUS_ROUND_LIMIT: "round_limit", STATUS_STALLED: "stalled"}
+    return [name for flag, name in names.items() if code & flag] or ["ok"]
 
 
 def _entries(weights: jax.Array, links: jax.Array) -> jax.Array:
