@@ -90,11 +90,20 @@ def analyze(
     trace: Annotated[bool, typer.Option(
         "--trace", help="Record mrc's P100 after every iteration (printed, and in the JSON "
         "as `trace`).")] = False,
+    samples: Annotated[Optional[int], typer.Option(
+        metavar="N", help="Number of failure sets (overrides `failures.samples`; the scenario "
+        "needs a `failures` section).")] = None,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar; tables only.")] = False,
 ) -> None:
-    """Evaluate each policy on the scenario's workload: utilisation tail and completion time."""
+    """Evaluate each policy on the scenario's workload: utilisation tail and completion time,
+    and, when the scenario has `failures`, their distribution over failure sets."""
     config = _load(scenario, policies=policy, seed=seed)
+    if samples is not None:
+        if config.failures is None:
+            _fail(f"--samples: {scenario} has no `failures` section to draw sets from")
+        failures = {**config.failures.model_dump(), "samples": samples}
+        config = _load(scenario, policies=policy, seed=seed, failures=failures)
     _check_output(json_path, "--json", scenario)
     from fabricjax.errors import ScenarioError
 
@@ -119,6 +128,19 @@ def analyze(
         out.print(adaptation)
     for line in trace_lines(report) + bottleneck_lines(report):
         out.print(f"  {escape(line)}", highlight=False)
+    if report.failures is not None:
+        from fabricjax.report import (failure_header, failure_lines, failure_table,
+                                      transient_table)
+
+        out.print(escape(failure_header(report)), highlight=False)
+        out.print(failure_table(report))
+        out.print(transient_table(report))
+        for line in failure_lines(report):
+            out.print(f"  {escape(line)}", highlight=False)
+    if report.reliability:
+        from fabricjax.report import reliability_table
+
+        out.print(reliability_table(report))
     if json_path is not None:
         out.print(f"wrote {escape(str(json_path))}", highlight=False)
 

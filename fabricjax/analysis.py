@@ -70,6 +70,8 @@ class Report:
     records: list[PolicyRecord]
     solver: dict
     config: dict          # the whole validated scenario, so a report can be reproduced
+    failures: object = None      # resilience.FailureStudy when the scenario has `failures`
+    reliability: list | None = None  # resilience.ReliabilityRow per policy and job
 
 
 def offered_demand(flows: Flows, nic_gbps: float, num_gpus: int) -> np.ndarray:
@@ -132,6 +134,14 @@ def solve_slots(fabric: Fabric, flows: Flows, plane: np.ndarray, spine: np.ndarr
     return jax.device_get(result)
 
 
+def phase_key(seed: int, item: int, index: int, stream: int = 0):
+    """The JAX PRNG key of one phase of one workload item (stream 0: mrc's baseline swaps)."""
+    import jax
+
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), item), index)
+    return jax.random.fold_in(key, stream) if stream else key
+
+
 @dataclasses.dataclass(frozen=True)
 class PhaseOutcome:
     """One phase under one policy: the evaluation plus what the policy's iteration reports."""
@@ -144,6 +154,8 @@ class PhaseOutcome:
     trace: np.ndarray | None = None
     capped: bool = False
     lost_plane: bool = False        # optimal: some flow has no live path on a plane
+    plane: np.ndarray | None = None  # ecmp / spray / mrc: the slots the phase ran on
+    spine: np.ndarray | None = None  # (mrc: its returned EV set), what failures start from
 
 
 def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
@@ -161,7 +173,7 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
         rng = np.random.default_rng([seed, _POLICY_STREAM[policy], item, index])
         plane, spine = policy_slots(policy, scenario, fabric, flows, rng)
         return PhaseOutcome(solve_slots(fabric, flows, plane, spine, scenario, alive),
-                            slots=plane.shape[1])
+                            slots=plane.shape[1], plane=plane, spine=spine)
     inputs = _phase_inputs(fabric, flows, scenario, alive)
     demand, size32, flow_cap, capacity, alive_mask, eps, max_rounds = inputs
     if policy == "mrc":
@@ -172,7 +184,7 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
         # difference between the two columns is the adaptation alone.
         rng = np.random.default_rng([seed, _POLICY_STREAM["spray"], item, index])
         plane, spine = spread_slots(geom, flows.num_flows, cfg.evs, rng)
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), item), index)
+        key = phase_key(seed, item, index)
         args = jax.device_put((flows.src, flows.dst, plane, spine, demand, size32, flow_cap,
                                capacity, alive_mask, key, np.float32(cfg.threshold),
                                np.float32(cfg.damping), np.float32(cfg.tol), eps, max_rounds))
@@ -184,7 +196,8 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
                             convergence=MRC_STATUS_NAMES[int(mrc.status)],
                             residual=float(mrc.residual),
                             trace=np.asarray(mrc.trace[: iterations + 1]) if trace else None,
-                            capped=int(mrc.status) == MRC_ITERATION_CAP)
+                            capped=int(mrc.status) == MRC_ITERATION_CAP,
+                            plane=plane, spine=np.asarray(mrc.spine))
     if policy == "optimal":
         from fabricjax.optimal import (STATUS_ITERATION_LIMIT, STATUS_NO_PATH, full_slot_grid,
                                        optimal_split)
@@ -305,7 +318,8 @@ def check_resources(scenario: Scenario, collectives: list[Collective], fabric: F
 
 def analyze(scenario: Scenario, *, trace: bool = False,
             progress: Callable[[str, int, int], None] | None = None) -> Report:
-    """Evaluate every policy on every workload item of the scenario.
+    """Evaluate every policy on every workload item of the scenario, then (when the scenario
+    has `failures`) under every failure set, and the reliability what-if.
 
     `trace`: keep mrc's P100 after every iteration in its records."""
     fabric = build_fabric(scenario.fabric)
@@ -314,6 +328,7 @@ def analyze(scenario: Scenario, *, trace: bool = False,
     total = len(scenario.policies) * sum(len(c.phases) for c in collectives)
     done = 0
     records = []
+    baseline = {}
     for policy in scenario.policies:
         for item, collective in enumerate(collectives):
             outcomes = []
@@ -323,9 +338,18 @@ def analyze(scenario: Scenario, *, trace: bool = False,
                 outcomes.append(solve_policy_phase(policy, scenario, fabric, phase.flows,
                                                    (item, index), trace=trace))
                 done += 1
+            baseline[(policy, item)] = outcomes
             records.append(_collective_record(policy, collective, outcomes, fabric, scenario))
+    study = reliability = None
+    if scenario.failures is not None or scenario.reliability is not None:
+        from fabricjax.resilience import failure_study, reliability_whatif
+
+        if scenario.failures is not None:
+            study = failure_study(scenario, fabric, collectives, baseline, progress=progress)
+        if scenario.reliability is not None:
+            reliability = reliability_whatif(scenario, fabric, collectives, baseline)
     if progress is not None:
-        progress("done", total, total)
+        progress("done", 1, 1)
     return Report(
         scenario=scenario.name,
         seed=scenario.seed,
@@ -333,4 +357,6 @@ def analyze(scenario: Scenario, *, trace: bool = False,
         records=records,
         solver=scenario.solver.model_dump(),
         config=scenario.model_dump(),
+        failures=study,
+        reliability=reliability,
     )

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from fabricjax.fabric import ClosGeometry
-from fabricjax.paths import clos_incidence, clos_path_links
+from fabricjax.paths import clos_incidence, clos_path_links, fabric_hops_alive
 from fabricjax.solver import PhaseResult, evaluate_split, link_load, uniform_live_split
 
 MRC_BALANCED = 0
@@ -93,10 +93,10 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
 
     def spine_alive(candidate):
         """Whether the fabric hops of (plane, candidate spine) are alive, for cross-T0 EVs."""
-        p = plane if candidate.ndim == plane.ndim else plane[..., None]
-        up = geom.t0_up(p, src_t0 if candidate.ndim == 2 else src_t0[..., None], candidate)
-        down = geom.t1_down(p, dst_t0 if candidate.ndim == 2 else dst_t0[..., None], candidate)
-        return alive_ext[up] & alive_ext[down]
+        if candidate.ndim == plane.ndim:
+            return fabric_hops_alive(geom, plane, src_t0, dst_t0, candidate, alive_ext)
+        return fabric_hops_alive(geom, plane[..., None], src_t0[..., None], dst_t0[..., None],
+                                 candidate, alive_ext)
 
     def measure(spine):
         links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)

@@ -62,6 +62,13 @@ def clos_path_links(geom: ClosGeometry, src: Any, dst: Any, plane: Any, spine: A
     return xp.stack([first, hop1, hop2, hop3], axis=-1).astype(xp.int32)
 
 
+def fabric_hops_alive(geom: ClosGeometry, plane, src_t0, dst_t0, spine, alive_ext):
+    """Whether the two fabric hops of (plane, spine) between T0s are alive (broadcasting;
+    `alive_ext` is bool[L+1] with the sentinel). Meaningful for cross-T0 pairs only."""
+    return (alive_ext[geom.t0_up(plane, src_t0, spine)] &
+            alive_ext[geom.t1_down(plane, dst_t0, spine)])
+
+
 def slot_planes(num_slots: int, planes: int) -> np.ndarray:
     """Plane of each slot: slot k on plane k % P (equal per plane)."""
     return np.arange(num_slots, dtype=np.int32) % planes

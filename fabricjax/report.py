@@ -57,6 +57,9 @@ def report_dict(report: Report) -> dict:
         "solver": report.solver,
         "config": report.config,
         "results": [r.as_dict() for r in report.records],
+        "failures": report.failures.as_dict() if report.failures is not None else None,
+        "reliability": ([r.as_dict() for r in report.reliability]
+                        if report.reliability is not None else None),
     })
 
 
@@ -174,4 +177,87 @@ def topo_table(summary: dict) -> Table:
     ]
     for name, value in rows:
         table.add_row(name, value)
+    return table
+
+
+# --------------------------------------------------------------------------- failures
+
+def _dist(d: dict | None, key: str, fmt) -> str:
+    return "—" if d is None else fmt(d[key])
+
+
+def failure_header(report: Report) -> str:
+    study = report.failures
+    parts = [f"{k.replace('_', ' ')} {v['p50']:g}" + (f" (max {v['max']})" if v["max"] != v["p50"]
+                                                       else "")
+             for k, v in study.components_per_set.items()]
+    what = ", ".join(parts) if parts else "nothing failed"
+    return (f"Failure sets: {study.samples:,} (seed {study.seed}); per set (median): {what}")
+
+
+def failure_table(report: Report) -> Table:
+    """Steady state after each policy's reaction: the distribution over failure sets."""
+    n = report.failures.samples
+    table = Table(title=f"Steady state over {n:,} failure set(s), after each policy reacts "
+                        "(P50 / P99 / max over sets)", title_justify="left")
+    for column in ("policy", "workload", "P100 util", "completion", "slowdown", "stalled sets"):
+        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    for s in report.failures.summaries:
+        p100 = " / ".join(_dist(s.p100_utilisation, k, _u) for k in ("p50", "p99", "max"))
+        time = " / ".join(_dist(s.completion_s, k, format_seconds) for k in ("p50", "p99", "max"))
+        slow = " / ".join(_dist(s.slowdown, k, lambda v: _u(v) + "×")
+                          for k in ("p50", "p99", "max"))
+        table.add_row(s.policy, escape(s.workload), p100, time, slow,
+                      f"{s.stalled_sets:,}" + (" (job stalls)" if s.stalled_sets else ""))
+    return table
+
+
+def transient_table(report: Report) -> Table:
+    """What happens between the failure and the policy's reaction."""
+    table = Table(title="Transient: a step that lost bytes on a dead path waits for the policy "
+                        "to react (ECMP/spray: routing reconvergence; MRC: EV retirement)",
+                  title_justify="left")
+    for column in ("policy", "workload", "reacts in", "sets hit", "flows hit (mean)",
+                   "stall per set (mean)", "crashed sets", "GPU·s lost per set (mean)"):
+        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    for s in report.failures.summaries:
+        if s.window_s is None:
+            table.add_row(s.policy, escape(s.workload), "— (bound)", "—", "—", "—", "—", "—")
+            continue
+        table.add_row(s.policy, escape(s.workload), format_seconds(s.window_s),
+                      f"{s.sets_hit:,} / {s.sets:,}", f"{s.affected_flows_mean:,.1f}",
+                      format_seconds(s.stall_s_mean), f"{s.crashed_sets:,}",
+                      f"{s.gpu_seconds_lost_mean:,.3g}")
+    return table
+
+
+def failure_lines(report: Report, shown: int = 6) -> list[str]:
+    lines = []
+    for s in report.failures.summaries:
+        comps = s.worst_set_components
+        text = ", ".join(comps[:shown]) + (f", … (+{len(comps) - shown})" if len(comps) > shown
+                                           else "")
+        lines.append(f"{s.policy} / {s.workload}: worst set #{s.worst_set}: "
+                     f"{text or 'nothing failed'}")
+        if s.top_p100_links:
+            top = ", ".join(f"{t['link']} ({t['sets']})" for t in s.top_p100_links[:3])
+            lines.append(f"    links that most often set the P100 (sets): {top}")
+    return lines
+
+
+def reliability_table(report: Report) -> Table:
+    rows = report.reliability
+    hours = rows[0].hours if rows else 24
+    table = Table(title="Reliability what-if (Poisson component failures; events that hit the "
+                        "job's paths)", title_justify="left")
+    for column in ("policy", "workload", "GPUs", "events/h (fabric)", "stall s/h",
+                   f"P(crash) in {hours:g} h", "GPU·s lost per event", "GPU·h lost per day",
+                   "events per 1k steps"):
+        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    for r in rows:
+        table.add_row(r.policy, escape(r.workload), f"{r.gpus:,}",
+                      f"{r.events_per_hour:.3g} ({r.fabric_events_per_hour:.3g})",
+                      f"{r.stall_s_per_hour:.3g}", f"{r.crash_probability:.3g}",
+                      f"{r.gpu_seconds_lost_per_event:,.3g}", f"{r.gpu_hours_lost_per_day:.3g}",
+                      _opt(r.events_per_1000_steps, ".3g"))
     return table

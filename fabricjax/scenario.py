@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fabricjax.errors import ScenarioError
 from fabricjax.units import parse_rate_gbps, parse_size
@@ -155,6 +155,107 @@ class SolverConfig(_Strict):
     step_latency_us: float = Field(0.0, ge=0.0, le=1e6)
 
 
+class FailureKindConfig(_Strict):
+    """One kind of failed component. A failure set holds every component in `names`, plus
+    `random` components drawn uniformly without replacement, plus each remaining component
+    independently with `probability`; the random parts are drawn anew for every set.
+
+    Shorthand: ``links: 4`` means ``{random: 4}``; ``links: [plane0/t0-3/up5]`` means
+    ``{names: [...]}``."""
+
+    names: list[str] = []
+    random: int = Field(0, ge=0, le=1_000_000)
+    probability: float = Field(0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"random": value}
+        if isinstance(value, list):
+            return {"names": value}
+        return value
+
+    @field_validator("names", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        # planes may be written as bare numbers: [3] is plane3
+        if isinstance(value, list):
+            return [f"plane{v}" if isinstance(v, int) and not isinstance(v, bool) else v
+                    for v in value]
+        return value
+
+    @property
+    def drawn(self) -> bool:
+        return self.random > 0 or self.probability > 0
+
+
+class SwitchFailureConfig(FailureKindConfig):
+    """Whole switches (every link of the switch): `tier` restricts the random draws."""
+
+    tier: Literal["t0", "t1", "any"] = "any"
+
+
+class DegradedConfig(FailureKindConfig):
+    """Cables still up at a fraction `factor` of their capacity (both directions), e.g. 0.75
+    for a 4-lane transceiver with one lane down. Fabric (T0-T1) cables are drawn at random."""
+
+    factor: float = Field(0.5, gt=0.0, lt=1.0)
+
+
+class FailuresConfig(_Strict):
+    """Failure sets, and how each policy reacts (see README, "Failures").
+
+    links: T0-T1 cables (both directions; names may also be host cables); switches: T0 or T1
+    switches; nic_ports: one GPU's port on one plane (both directions); planes: whole planes;
+    degraded: cables at reduced capacity. `samples` sets are drawn (default 100 when anything
+    is random, else 1), seeded by `seed` (default: the scenario's)."""
+
+    samples: int | None = Field(None, ge=1, le=1_000_000)
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    links: FailureKindConfig = FailureKindConfig()
+    switches: SwitchFailureConfig = SwitchFailureConfig()
+    nic_ports: FailureKindConfig = FailureKindConfig()
+    planes: FailureKindConfig = FailureKindConfig()
+    degraded: DegradedConfig = DegradedConfig()
+    # routing (BGP) reconvergence: ECMP flows hashed onto a dead path, and oblivious spraying's
+    # EVs on one, are black-holed this long
+    reconvergence_s: float = Field(5.0, ge=0.0, le=1e6)
+    # RDMA transport timeout; a stall at least this long fails the job (NCCL_IB_TIMEOUT=20 and
+    # 7 retries: 7 x 4.096 us x 2^20 = 30 s)
+    transport_timeout_s: float = Field(30.0, gt=0.0, le=1e6)
+    # MRC retires an EV at its first lost packet: tens of microseconds
+    mrc_reaction_us: float = Field(50.0, ge=0.0, le=1e12)
+    # a crashed job restarts from its last checkpoint: restart plus recomputed work
+    restart_s: float = Field(600.0, ge=0.0, le=1e7)
+    # failure sets per vmapped device call (default: sized to the memory of the device)
+    chunk: int | None = Field(None, ge=1, le=1_000_000)
+
+    @property
+    def kinds(self) -> dict[str, FailureKindConfig]:
+        return {"links": self.links, "switches": self.switches, "nic_ports": self.nic_ports,
+                "planes": self.planes, "degraded": self.degraded}
+
+    @property
+    def num_samples(self) -> int:
+        if self.samples is not None:
+            return self.samples
+        return 100 if any(kind.drawn for kind in self.kinds.values()) else 1
+
+
+class ReliabilityConfig(_Strict):
+    """Component failure rates (events per component per hour) for the reliability what-if:
+    expected failure events that hit each job, stall time and crash probability per policy.
+    `step_time_s`: one training step (for events per 1,000 steps); `hours`: the horizon of the
+    crash probability."""
+
+    link_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0)
+    switch_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0)
+    nic_port_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0)
+    step_time_s: float | None = Field(None, gt=0.0, le=1e6)
+    hours: float = Field(24.0, gt=0.0, le=1e6)
+
+
 class Scenario(_Strict):
     name: str = "scenario"
     seed: int = Field(0, ge=0, le=2**31 - 1)
@@ -167,6 +268,8 @@ class Scenario(_Strict):
     mrc: MrcConfig = MrcConfig()
     optimal: OptimalConfig = OptimalConfig()
     solver: SolverConfig = SolverConfig()
+    failures: FailuresConfig | None = None
+    reliability: ReliabilityConfig | None = None
 
     @field_validator("policies")
     @classmethod
@@ -261,9 +364,14 @@ def job_size(item: PermutationConfig | AllReduceConfig, fabric_gpus: int) -> int
 # --------------------------------------------------------------------------- error messages
 
 def _strip_annotated(annotation: Any) -> Any:
+    """The model type behind Annotated[...] and Optional[...] (X | None)."""
     origin = typing.get_origin(annotation)
     if origin is Annotated:
         return _strip_annotated(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _strip_annotated(args[0])
     return annotation
 
 
@@ -369,6 +477,10 @@ def parse_scenario(data: Any, *, default_name: str = "scenario") -> Scenario:
     check_fabric(scenario.fabric)
     check_workload(scenario)
     check_policies(scenario)
+    if scenario.failures is not None:
+        from fabricjax.failures import check_failures  # imports the fabric (and this module)
+
+        check_failures(scenario)
     return scenario
 
 
@@ -446,9 +558,5 @@ def with_overrides(scenario: Scenario, **fields: Any) -> Scenario:
     """A copy with top-level fields replaced (command-line overrides win over the file)."""
     data = scenario.model_dump()
     data.update({k: v for k, v in fields.items() if v is not None})
-    try:
-        out = Scenario.model_validate(data)
-    except pydantic.ValidationError as err:
-        raise _format_validation_error(err) from None
-    return out
+    return parse_scenario(data)
 

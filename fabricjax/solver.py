@@ -140,6 +140,25 @@ def max_min_rates(links: jax.Array, weights: jax.Array, flow_cap: jax.Array,
     return MaxMin(rates=rates, rounds=rounds, status=status)
 
 
+def slowest_rate(links: jax.Array, weights: jax.Array, flow_cap: jax.Array,
+                 capacity: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(rate, has_path): the smallest max-min rate, exactly, in one pass; has_path bool[F].
+
+    Progressive filling raises every flow together until the first link saturates or the first
+    flow reaches its cap, and the flows frozen there are the slowest of the allocation. So the
+    smallest rate is min(min over links of capacity / (weight crossing it), min flow_cap) over
+    flows that have a path. When all flows send the same bytes this alone fixes the phase time
+    (size / slowest rate), without the rounds of `max_min_rates`."""
+    num_segments = capacity.shape[0]
+    w = _entries(weights, links)
+    growth = jax.ops.segment_sum(w, links.reshape(-1), num_segments=num_segments)
+    share = jnp.where(growth > 0, capacity / jnp.where(growth > 0, growth, 1.0), jnp.inf)
+    has_path = weights.sum(axis=1) > 0
+    rate = jnp.minimum(jnp.min(jnp.where(growth > 0, share, jnp.inf)),
+                       jnp.min(jnp.where(has_path, flow_cap, jnp.inf)))
+    return jnp.where(jnp.isfinite(rate), rate, 0.0), has_path
+
+
 def sorted_quantiles(sorted_values: jax.Array, n_skip: jax.Array,
                      qs: tuple[float, ...] = QUANTILES) -> jax.Array:
     """Linear-interpolated quantiles (numpy's default) of sorted_values[n_skip:], float[Q].
@@ -186,10 +205,13 @@ class PhaseResult(NamedTuple):
 
 
 def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive, *,
-                   eps, max_rounds, tier_bounds, top_k) -> PhaseResult:
+                   eps, max_rounds, tier_bounds, top_k, slowest_only=False) -> PhaseResult:
     """Loads, utilisation statistics, max-min rates and phase time for a given split.
 
-    capacity, alive: [L] for the real links (the sentinel is appended here)."""
+    capacity, alive: [L] for the real links (the sentinel is appended here).
+    `slowest_only` (static; only for flows that all send the same bytes): skip the max-min
+    rounds and take the phase time from `slowest_rate`, which is then exact; `rates` holds that
+    slowest rate for every flow with a path (a lower bound on each flow's own rate)."""
     num_links = capacity.shape[0]
     cap_ext = jnp.concatenate([jnp.where(alive, capacity, 0.0), jnp.array([jnp.inf])])
     load = link_load(links, weights, demand, num_links + 1)[:num_links]
@@ -201,7 +223,12 @@ def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive
     stats = link_statistics(utilisation, usable, tier_bounds)
     top_util, top_links = jax.lax.top_k(jnp.where(usable, utilisation, -jnp.inf), top_k)
 
-    mm = max_min_rates(links, weights, flow_cap, cap_ext, eps=eps, max_rounds=max_rounds)
+    if slowest_only:
+        rate, has_path = slowest_rate(links, weights, flow_cap, cap_ext)
+        mm = MaxMin(rates=jnp.where(has_path, rate, 0.0), rounds=jnp.int32(1),
+                    status=jnp.int32(STATUS_OK))
+    else:
+        mm = max_min_rates(links, weights, flow_cap, cap_ext, eps=eps, max_rounds=max_rounds)
     sending = size_bytes > 0
     stalled_mask = sending & (mm.rates <= 0)
     bits = size_bytes * GBIT_PER_BYTE
