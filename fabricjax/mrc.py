@@ -24,9 +24,9 @@ Stops when no EV is marked (`balanced`), when the fabric's overload (the share o
 load above threshold x capacity, a smooth measure, unlike the jumpy P100) has not improved by
 more than `tol` (relative) for `patience` iterations (`settled`), or at `max_iters`
 (`iteration cap`). In the *settled* case the swapping goes on in a noisy equilibrium, so its
-P100 fluctuates; what is returned is then the best EV set it reached (lowest P100, then lowest
-overload), never worse than the spraying it started from. A balanced stop returns the balanced
-EV set itself, a true fixed point. The trace records every iteration's P100, so the spread of
+P100 fluctuates; what is returned is then the best EV set it reached (fewest EVs left on dead
+paths, then lowest P100, then lowest overload), never worse than the spraying it started from
+when nothing is dead. A balanced stop returns the balanced EV set itself, a true fixed point. The trace records every iteration's P100, so the spread of
 that equilibrium stays visible.
 """
 
@@ -115,16 +115,20 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
         overload = jnp.sum(jnp.maximum(fabric_load - fabric_cap, 0.0)) / jnp.maximum(
             jnp.sum(fabric_load), 1e-30)
         marked = cross & ~host_dead & ((controlled > threshold) | fabric_dead)
-        return controlled, marked, p100, overload
+        # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
+        # better (MRC retires them within microseconds), whatever its P100
+        dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)
+        return controlled, marked, p100, overload, dead_evs
 
-    controlled0, marked0, p100_0, overload0 = measure(spine)
+    controlled0, marked0, p100_0, overload0, dead0 = measure(spine)
     trace0 = jnp.full(max_iters + 1, p100_0, jnp.float32)
     excess0 = jnp.full(max_iters + 1, overload0, jnp.float32)
 
     # state: spine, controlled, marked, best overload so far, iterations since it improved by
-    # tol, iteration, traces, and the best EV set (lowest P100, then lowest overload)
+    # tol, iteration, traces, and the best EV set (fewest EVs on dead paths, then lowest P100,
+    # then lowest overload)
     init = (spine, controlled0, marked0, overload0, jnp.int32(0), jnp.int32(0), trace0,
-            excess0, spine, p100_0, overload0)
+            excess0, spine, dead0, p100_0, overload0)
 
     def cond(state):
         _, _, marked, _, since_best, it = state[:6]
@@ -132,7 +136,7 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
 
     def body(state):
         (spine, controlled, marked, best, since_best, it, trace, excess,
-         best_spine, best_p100, best_overload) = state
+         best_spine, best_dead, best_p100, best_overload) = state
         k_move, k_target = jax.random.split(jax.random.fold_in(key, it))
         dead = ~jnp.isfinite(controlled)
         share_over = jnp.where(dead, 1.0,
@@ -155,21 +159,24 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
         target = jnp.take_along_axis(candidates, first[..., None], axis=-1)[..., 0]
         move = move & jnp.any(live, axis=-1) & (spines > 1)
         new_spine = jnp.where(move, target, spine).astype(spine.dtype)
-        controlled, marked, p100, overload = measure(new_spine)
+        controlled, marked, p100, overload, dead_evs = measure(new_spine)
         improved = overload < best * (1.0 - tol)
         best = jnp.minimum(best, overload)
         since_best = jnp.where(improved, 0, since_best + 1)
         trace = trace.at[it + 1].set(p100)
         excess = excess.at[it + 1].set(overload)
-        better = (p100 < best_p100) | ((p100 == best_p100) & (overload < best_overload))
+        same_dead = dead_evs == best_dead
+        better = (dead_evs < best_dead) | (same_dead & (p100 < best_p100)) | (
+            same_dead & (p100 == best_p100) & (overload < best_overload))
         best_spine = jnp.where(better, new_spine, best_spine)
+        best_dead = jnp.where(better, dead_evs, best_dead)
         best_p100 = jnp.where(better, p100, best_p100)
         best_overload = jnp.where(better, overload, best_overload)
         return (new_spine, controlled, marked, best, since_best, it + 1, trace, excess,
-                best_spine, best_p100, best_overload)
+                best_spine, best_dead, best_p100, best_overload)
 
     final = jax.lax.while_loop(cond, body, init)
-    (last_spine, _, last_marked, _, since_best, it, trace, excess, best_spine, _,
+    (last_spine, _, last_marked, _, since_best, it, trace, excess, best_spine, _, _,
      best_overload) = final
     steps = jnp.arange(max_iters + 1)
     trace = jnp.where(steps > it, trace[it], trace)  # unused tail repeats the final value
@@ -178,7 +185,7 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
     # the swapping would go on, and the best EV set it reached is returned
     balanced = ~jnp.any(last_marked)
     spine_out = jnp.where(balanced, last_spine, best_spine)
-    _, marked_out, _, overload_out = measure(spine_out)
+    _, marked_out, _, overload_out, _ = measure(spine_out)
     status = jnp.where(balanced, MRC_BALANCED,
                        jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
     return MrcResult(spine=spine_out, iterations=it, status=status.astype(jnp.int32),
