@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow bench clean
+.PHONY: demo test test-slow bench bench-failures clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_foundation.py
+
+bench-failures: $(STAMP)
+	$(BIN)/python bench/bench_failures.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

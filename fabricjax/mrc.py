@@ -26,8 +26,8 @@ more than `tol` (relative) for `patience` iterations (`settled`), or at `max_ite
 (`iteration cap`). In the *settled* case the swapping goes on in a noisy equilibrium, so its
 P100 fluctuates; what is returned is then the best EV set it reached (fewest EVs left on dead
 paths, then lowest P100, then lowest overload), never worse than the spraying it started from
-when nothing is dead. A balanced stop returns the balanced EV set itself, a true fixed point. The trace records every iteration's P100, so the spread of
-that equilibrium stays visible.
+when nothing is dead. A balanced stop returns the balanced EV set itself, a true fixed point.
+The trace records every iteration's P100, so the spread of that equilibrium stays visible.
 """
 
 from __future__ import annotations

@@ -313,3 +313,40 @@ def test_json_target_is_checked_before_computing(tmp_path, target):
     assert_one_line_error(proc, "--json", target)
     assert "COMPUTED" not in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+FAILURES = TINY_FABRIC + textwrap.dedent("""\
+    seed: 5
+    workload: [{name: perm, collective: permutation, size: 4MB}]
+    policies: [ecmp, mrc]
+    mrc: {evs: 16, max_iters: 30, patience: 5}
+    failures: {samples: 3, links: {random: 2}, nic_ports: [plane1/gpu9]}
+    reliability: {link_failures_per_hour: 1.0e-4}
+    """)
+
+
+def test_failures_run_prints_tables_and_writes_records(tmp_path):
+    (tmp_path / "f.yaml").write_text(FAILURES)
+    proc = fabricjax("analyze", "f.yaml", "-q", "--samples", "4", "--json", "out.json",
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for title in ("Steady state over 4 failure set(s)", "Transient", "Reliability what-if",
+                  "worst set #"):
+        assert title in proc.stdout, title
+    report = json.loads((tmp_path / "out.json").read_text())
+    records = report["failures"]["records"]
+    assert len(records) == 2 * 4 and {r["failure_set"] for r in records} == {0, 1, 2, 3}
+    assert all("plane1/gpu9" in r["components"] for r in records)
+    assert all(r["affected_flows"] > 0 for r in records)   # gpu9's port carries its flows
+    assert [s["policy"] for s in report["failures"]["summary"]] == ["ecmp", "mrc"]
+    assert [r["policy"] for r in report["reliability"]] == ["ecmp", "mrc"]
+
+
+def test_failure_errors_exit_2(tmp_path):
+    (tmp_path / "plain.yaml").write_text(TINY)
+    assert_one_line_error(fabricjax("analyze", "plain.yaml", "--samples", "5", cwd=tmp_path),
+                          "--samples", "failures")
+    (tmp_path / "bad.yaml").write_text(
+        TINY + "failures: {switches: [plane9/t1-0]}\n")
+    assert_one_line_error(fabricjax("analyze", "bad.yaml", cwd=tmp_path),
+                          "failures.switches.names[0]", "plane9/t1-0")
