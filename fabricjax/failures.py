@@ -183,27 +183,28 @@ def _drawn_component(g: ClosGeometry, kind: str, cfg: FailureKindConfig, i: int)
 
 
 def _draw_index(g: ClosGeometry, kind: str, cfg: FailureKindConfig, c: Component) -> int | None:
-    """The draw-order index of an explicitly named component (None when random draws of this
-    kind could not pick it, e.g. a host cable named under `links`)."""
-    for i in _candidate_indices(g, kind, cfg, c):
-        if _drawn_component(g, kind, cfg, i) == c:
-            return i
-    return None
-
-
-def _candidate_indices(g: ClosGeometry, kind: str, cfg, c: Component) -> list[int]:
+    """The draw-order index of an explicitly named component, the inverse of
+    `_drawn_component` (None when random draws of this kind could not pick it: a host cable
+    named under `links`, or a switch outside the drawn `tier`)."""
     if kind in ("links", "degraded"):
         m = _CABLE_UP.match(c.name)
         if not m:
-            return []
+            return None
         p, t, s = (int(x) for x in m.groups())
-        return [(p * g.t0s + t) * g.spines + s]
+        return (p * g.t0s + t) * g.spines + s
     if kind == "nic_ports":
         m = _PORT.match(c.name)
-        return [int(m.group(1)) * g.gpus + int(m.group(2))]
+        return int(m.group(1)) * g.gpus + int(m.group(2))
     if kind == "planes":
-        return [int(_PLANE.match(c.name).group(1))]
-    return list(range(population(g, kind, cfg)))  # switches: few named, scan is cheap
+        return int(_PLANE.match(c.name).group(1))
+    m = _SWITCH.match(c.name)
+    p, switch_tier, index = int(m.group(1)), m.group(2), int(m.group(3))
+    tier = getattr(cfg, "tier", "any")
+    if tier == "any":
+        return p * (g.t0s + g.spines) + (index if switch_tier == "t0" else g.t0s + index)
+    if tier != switch_tier:
+        return None
+    return p * (g.t0s if tier == "t0" else g.spines) + index
 
 
 def check_failures(scenario: Scenario) -> None:

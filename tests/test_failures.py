@@ -1039,3 +1039,19 @@ def test_reliability_crash_probability(world, reconvergence, crash):
         assert row.window_s == reconvergence
         assert row.gpu_seconds_lost_per_event == pytest.approx(
             64 * (30.0 + 600.0) if crash else 64 * reconvergence)
+
+
+def test_draw_index_inverts_drawn_component():
+    """Named components are excluded from the random draws by their draw-order index."""
+    from fabricjax.failures import _draw_index, _drawn_component, population
+    from fabricjax.scenario import SwitchFailureConfig
+
+    g = build_fabric(FabricConfig(gpus=100, planes=3, radix=16)).geometry
+    configs = [(kind, FailureKindConfig()) for kind in ("links", "degraded", "nic_ports",
+                                                        "planes")]
+    configs += [("switches", SwitchFailureConfig(tier=t)) for t in ("t0", "t1", "any")]
+    for kind, cfg in configs:
+        for i in range(population(g, kind, cfg)):
+            assert _draw_index(g, kind, cfg, _drawn_component(g, kind, cfg, i)) == i, (kind, i)
+    t1 = _drawn_component(g, "switches", SwitchFailureConfig(tier="t1"), 0)
+    assert _draw_index(g, "switches", SwitchFailureConfig(tier="t0"), t1) is None
