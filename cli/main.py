@@ -35,6 +35,17 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _interrupted() -> None:
+    """Ctrl-C: one line and exit 130 at once. Output files are written atomically, so there is
+    nothing to clean up; skipping interpreter shutdown matters because JAX's runtime threads
+    may still be mid-computation, and tearing them down under the interpreter crashed
+    (SIGSEGV) in testing."""
+    err.print("[bold red]interrupted:[/] nothing was written", highlight=False)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def _version(value: bool) -> None:
     if value:
         import fabricjax
@@ -93,24 +104,45 @@ def analyze(
     samples: Annotated[Optional[int], typer.Option(
         metavar="N", help="Number of failure sets (overrides `failures.samples`; the scenario "
         "needs a `failures` section).")] = None,
+    chunk: Annotated[Optional[int], typer.Option(
+        metavar="N", help="Failure sets per device call (overrides `failures.chunk`). "
+        "Never changes a result: the JSON is byte-identical for every N.")] = None,
+    device: Annotated[Optional[str], typer.Option(
+        metavar="cpu|gpu", help="Where JAX computes. Default: what JAX finds (a GPU when "
+        "one is installed and visible, else the CPU).")] = None,
+    max_memory: Annotated[Optional[str], typer.Option(
+        metavar="SIZE", help="Refuse, before computing, a scenario whose estimated peak "
+        "memory exceeds SIZE (e.g. 8GiB). Default: the memory available now.")] = None,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar; tables only.")] = False,
 ) -> None:
     """Evaluate each policy on the scenario's workload: utilisation tail and completion time,
     and, when the scenario has `failures`, their distribution over failure sets."""
     config = _load(scenario, policies=policy, seed=seed)
-    if samples is not None:
+    failure_options = {"--samples": ("samples", samples), "--chunk": ("chunk", chunk)}
+    given = {field: value for field, value in failure_options.values() if value is not None}
+    if given:
         if config.failures is None:
-            _fail(f"--samples: {scenario} has no `failures` section to draw sets from")
-        failures = {**config.failures.model_dump(), "samples": samples}
+            option = next(o for o, (_, v) in failure_options.items() if v is not None)
+            _fail(f"{option}: {scenario} has no `failures` section to draw sets from")
+        failures = {**config.failures.model_dump(), **given}
         config = _load(scenario, policies=policy, seed=seed, failures=failures)
+    limit = _memory_limit(max_memory)
     _check_output(json_path, "--json", scenario)
+    _select_device(device)
     from fabricjax.errors import ScenarioError
+    from fabricjax.memory import available_memory, check_memory
 
+    try:
+        check_memory(config, limit if limit is not None else available_memory(),
+                     option="--max-memory" if limit is not None else "available now; "
+                     "--max-memory overrides")
+    except ScenarioError as error:
+        _fail(str(error.with_source(str(scenario))))
     try:
         report = _run_analysis(config, quiet, trace)
     except KeyboardInterrupt:
-        _fail("interrupted; nothing was written", 130)
+        _interrupted()
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
     from fabricjax.output import write_json_atomic
@@ -143,6 +175,29 @@ def analyze(
         out.print(reliability_table(report))
     if json_path is not None:
         out.print(f"wrote {escape(str(json_path))}", highlight=False)
+
+
+def _memory_limit(text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    from fabricjax.units import SIZE_HELP, parse_size
+
+    try:
+        return int(parse_size(text))
+    except ValueError:
+        _fail(f"--max-memory: expected {SIZE_HELP}, got {text!r}")
+
+
+def _select_device(name: Optional[str]) -> None:
+    """Pin JAX to `name` before it starts a backend (jax_platforms); fail when it is absent."""
+    if name is None:
+        return
+    from fabricjax.devices import DeviceError, select_device
+
+    try:
+        select_device(name)
+    except DeviceError as error:
+        _fail(f"--device: {error}")
 
 
 def _run_analysis(config, quiet: bool, trace: bool):
@@ -191,8 +246,7 @@ def main() -> None:
         sys.stderr.close()
         os._exit(0)
     except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+        _interrupted()
     except Exception as error:  # a bug, not bad input: say so briefly
         if os.environ.get("FABRICJAX_DEBUG"):
             raise

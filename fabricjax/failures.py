@@ -483,14 +483,22 @@ def bytes_per_set(policy: str, geom: ClosGeometry, num_flows: int, slots: int) -
     return int(per)
 
 
-def auto_chunk(policy: str, geom: ClosGeometry, num_flows: int, slots: int, samples: int,
-               configured: int | None = None) -> int:
-    """Failure sets vmapped together: the configured value, else 1 on a CPU (measured: on 2
-    cores, vmapping 4 or 16 spray sets was 1.3-1.5x slower per set than one at a time, and
-    costs memory), else what fits in a quarter of the accelerator's memory, at most 256."""
-    if configured is not None:
-        return max(1, min(configured, samples))
-    device = jax.devices()[0]
+CPU_SETS_PER_CALL = 16   # failure sets per device call on a CPU (progress granularity)
+MAX_VMAP_WIDTH = 256
+
+
+def vmap_width(policy: str, geom: ClosGeometry, num_flows: int, slots: int,
+               samples: int) -> int:
+    """Failure sets evaluated together (vmapped) inside one device call: 1 on a CPU, else what
+    fits in a quarter of the accelerator's memory, at most MAX_VMAP_WIDTH.
+
+    On a CPU vmapping does not pay (measured on 2 cores: 4 or 16 spray sets vmapped were
+    1.3-1.5x slower per set than one at a time) and it costs bit-reproducibility: XLA reduces a
+    batched array in another order, and the optimal bound's commodity solve then differs in
+    the last float32 bit. One set at a time keeps every chunk size byte-identical."""
+    from fabricjax.devices import current_device
+
+    device = current_device()
     if device.platform == "cpu":
         return 1
     try:
@@ -498,5 +506,12 @@ def auto_chunk(policy: str, geom: ClosGeometry, num_flows: int, slots: int, samp
     except Exception:  # noqa: BLE001 - a backend without memory statistics: assume 16 GiB
         limit = 16 * 2**30
     fit = max(1, int(limit // 4 // max(bytes_per_set(policy, geom, num_flows, slots), 1)))
-    cap = 256
-    return max(1, min(cap, fit, samples))
+    return max(1, min(MAX_VMAP_WIDTH, fit, samples))
+
+
+def sets_per_call(width: int, samples: int, configured: int | None = None) -> int:
+    """Failure sets per device call: `failures.chunk` when given (rounded up to a multiple of
+    the vmap width), else CPU_SETS_PER_CALL or one vmapped group, whichever is larger."""
+    wanted = configured if configured is not None else max(width, CPU_SETS_PER_CALL)
+    wanted = min(wanted, samples)
+    return width * max(1, -(-wanted // width))

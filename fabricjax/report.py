@@ -24,27 +24,42 @@ if TYPE_CHECKING:  # keep `topo` free of the JAX import that analysis brings
     from fabricjax.analysis import Report
 
 
-def _finite(value: Any) -> Any:
-    """Replace NaN and infinities by None, recursively (a status says why)."""
+class NonFiniteError(ValueError):
+    """A NaN or infinity reached a report: a bug in the code that computed it, never data."""
+
+
+def _finite(value: Any, where: str = "") -> Any:
+    """`value` unchanged after checking, recursively, that every float in it is finite.
+
+    A number that was not computed is `None` with a status saying why, decided where it is
+    computed (a stalled collective's completion time, an empty distribution); a NaN or
+    infinity here means some code forgot to, and is raised rather than silently printed or
+    turned into null."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        if not math.isfinite(value):
+            raise NonFiniteError(f"report field {where or '<root>'} is {value}")
+        return value
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _finite(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [_finite(v, f"{where}[{i}]") for i, v in enumerate(value)]
     return value
 
 
 def environment() -> dict:
+    """Versions and the device: what a reader needs to reproduce the report's bytes."""
     import jax
     import numpy
+
+    from fabricjax.devices import device_record
 
     return {
         "fabricjax": fabricjax.__version__,
         "jax": jax.__version__,
+        "jaxlib": getattr(jax.lib, "__version__", jax.__version__),
         "numpy": numpy.__version__,
         "python": platform.python_version(),
-        "device": str(jax.devices()[0].platform),
+        **device_record(),
     }
 
 

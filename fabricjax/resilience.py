@@ -26,14 +26,13 @@ from typing import Callable
 import numpy as np
 
 from fabricjax.fabric import TIER_NAMES, Fabric
-from fabricjax.failures import (STALLED_SHOWN, FailureBatch, auto_chunk, sample_failures,
-                                solve_failure_chunk)
+from fabricjax.failures import (STALLED_SHOWN, FailureBatch, sample_failures, sets_per_call,
+                                solve_failure_chunk, vmap_width)
 from fabricjax.scenario import FailuresConfig, Scenario
 from fabricjax.solver import status_names
 from fabricjax.workload import Collective
 
 QUANTILES = {"p50": 50.0, "p99": 99.0, "max": 100.0}
-SETS_PER_CALL = 16     # failure sets per device call on a CPU (progress granularity)
 
 
 def reaction_window_s(policy: str, cfg: FailuresConfig) -> float | None:
@@ -139,8 +138,8 @@ def solve_failure_sets(policy: str, scenario: Scenario, fabric: Fabric, flows, o
     sending = flows.size[flows.size > 0]
     slowest_only = bool(sending.size == 0 or np.all(sending == sending[0]))
     slots = extra["plane"].shape[1]
-    width = auto_chunk(policy, g, flows.num_flows, slots, batch.size, scenario.failures.chunk)
-    per_call = width * max(1, -(-min(SETS_PER_CALL, batch.size) // width))
+    width = vmap_width(policy, g, flows.num_flows, slots, batch.size)
+    per_call = sets_per_call(width, batch.size, scenario.failures.chunk)
     cfg = scenario.mrc
     parts = []
     for start in range(0, batch.size, per_call):   # chunks of failure sets, not flows

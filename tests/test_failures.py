@@ -214,7 +214,7 @@ _SETS: dict = {}
 
 
 def batched(policy: str, chunk: int, batch: FailureBatch, world, key: str = "mix"):
-    """`solve_failure_sets` over `batch` with `failures.chunk` = chunk (the vmap width)."""
+    """`solve_failure_sets` over `batch` with `failures.chunk` = chunk (sets per call)."""
     k = (policy, chunk, key)
     if k not in _SETS:
         scen = scenario({**MIX, "chunk": chunk})
@@ -811,12 +811,28 @@ def test_batched_equals_one_by_one_and_single_solve(policy, world, mix_batch):
 
 
 def test_vmap_width_not_dividing_the_chunk(world, mix_batch):
-    # width 3 over 8 sets: the chunk is padded to 9 by repeating the last set
-    out3 = batched("spray", 3, mix_batch, world)
-    out1 = batched("spray", 1, mix_batch, world)
-    assert out3.stats.shape[0] == mix_batch.size
+    # vmapped groups of 3 over 8 sets (what an accelerator runs; lax.map runs the remainder
+    # apart): the same sets as one at a time, to float32 rounding
+    fabric, flows = world["fabric"], world["flows"]
+    scen = scenario(MIX)
+    common, extra = chunk_inputs("spray", scen, fabric, flows, baseline("spray", world))
+    out3 = call_chunk("spray", scen, fabric, common, extra, mix_batch, 3)
+    out1 = call_chunk("spray", scen, fabric, common, extra, mix_batch, 1)
+    assert out3.stats.shape[0] == out1.stats.shape[0] == mix_batch.size
     for b in range(mix_batch.size):
         _assert_same_set(out3, out1, b, b)
+
+
+@pytest.mark.parametrize("policy", ["ecmp", "spray", "optimal",
+                                    pytest.param("mrc", marks=pytest.mark.slow)])
+def test_chunk_size_never_changes_a_bit(policy, world, mix_batch):
+    """Determinism: on a CPU the failure sets of a call run one at a time whatever
+    `failures.chunk` is, so 1, 3 (not dividing the 8 sets) and 16 sets per call give identical
+    bytes (vmapping them changed optimal's last float32 bit)."""
+    outs = [batched(policy, chunk, mix_batch, world) for chunk in (1, 3, 16)]
+    for other in outs[1:]:
+        for name, x, y in zip(outs[0]._fields, outs[0], other):
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), (policy, name)
 
 
 @pytest.mark.slow

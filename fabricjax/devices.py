@@ -1,0 +1,57 @@
+"""Which device JAX computes on: `--device cpu|gpu`, and the one place that answers "where am
+I running" for the rest of the library (vmap widths, memory limits, the report's record).
+
+`select_device` must run before JAX starts a backend for `cpu` to keep a GPU machine's
+accelerator untouched; `gpu` fails with a clear message when no GPU is visible to JAX.
+"""
+
+from __future__ import annotations
+
+DEVICES = ("cpu", "gpu")
+
+
+class DeviceError(ValueError):
+    """The requested device is unknown or not present (a user-fixable option error)."""
+
+
+def select_device(name: str) -> None:
+    import jax
+
+    if name not in DEVICES:
+        raise DeviceError(f"unknown device {name!r}; allowed: {', '.join(DEVICES)}")
+    if name == "cpu":
+        # Before any backend starts this keeps JAX off the accelerator entirely; afterwards
+        # the default device still moves every computation to the CPU.
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_default_device", jax.devices("cpu")[0])
+        return
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        found = sorted({d.platform for d in jax.devices()})
+        raise DeviceError(f"no GPU is visible to JAX (it found: {', '.join(found)}); install "
+                          "jax[cuda12] on a machine with an NVIDIA GPU, or use --device cpu")
+    jax.config.update("jax_default_device", gpus[0])
+
+
+def current_device():
+    """The device computations land on: the selected default, else JAX's first device."""
+    import jax
+
+    chosen = jax.config.jax_default_device
+    if chosen is not None and not isinstance(chosen, str):
+        return chosen
+    if isinstance(chosen, str):
+        return jax.devices(chosen)[0]
+    return jax.devices()[0]
+
+
+def device_record() -> dict:
+    """What the report records about the device: platform, kind and how many are visible."""
+    import jax
+
+    device = current_device()
+    return {"device": str(device.platform), "device_kind": str(device.device_kind),
+            "device_count": len(jax.devices(device.platform))}

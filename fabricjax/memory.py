@@ -1,0 +1,160 @@
+"""The memory model: what a scenario's arrays will need, estimated from the config alone.
+
+`estimate_memory` runs before anything large is allocated (no fabric arrays, no flows, no
+JAX); `check_memory` refuses a scenario whose estimate exceeds the limit (`--max-memory`, else
+what the machine has available) with a ScenarioError that names the estimate, its largest part
+and a change that would fit. The coefficients are peak resident bytes measured on the CPU
+(`bench/memory_calibration.py`) and rounded up, so the estimate is an upper bound of the peak,
+not a description of each array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from fabricjax.errors import ScenarioError
+from fabricjax.fabric import clos_geometry
+from fabricjax.scenario import Scenario, job_size
+from fabricjax.units import format_bytes
+
+# Peak resident bytes, measured (bench/memory_calibration.py, 2-core CPU, JAX 0.10) and rounded
+# up: the Python process with JAX loaded; the compiled solves of one policy (twice with a
+# failure study, which compiles its own); per directed link (fabric arrays, link loads,
+# statistics); per flow-path slot entry ([F, K] slots, [F, K, H] link ids, the max-min
+# solve's entry arrays; mrc adds its candidate draws and loads per iteration).
+RUNTIME_BYTES = 350 * 2**20
+COMPILED_BYTES = {"ecmp": 50 * 2**20, "spray": 50 * 2**20, "mrc": 100 * 2**20,
+                  "optimal": 50 * 2**20}
+BYTES_PER_LINK = 120
+BYTES_PER_SLOT = {"ecmp": 80, "spray": 80, "mrc": 200, "optimal": 100}
+BYTES_PER_FAILURE_RECORD = 6_000   # a failure set's JSON record and its Python objects
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Upper estimate of a run's peak memory, in bytes, and the part that dominates it."""
+
+    total: int
+    runtime: int             # JAX and the compiled solves
+    fabric: int
+    solve: int               # the largest single policy solve (policies run one at a time)
+    solve_policy: str
+    flows: int               # the most concurrent flows of a phase
+    slots: int               # that policy's path slots per flow
+    failure_records: int
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def slots_per_flow(policy: str, scenario: Scenario) -> int:
+    """K: the path slots each flow carries under `policy` (optimal: the whole P x S grid)."""
+    planes = scenario.fabric.planes
+    if policy == "ecmp":
+        return scenario.ecmp.qps * planes
+    if policy == "spray":
+        return scenario.spray.evs
+    if policy == "mrc":
+        return scenario.mrc.evs
+    geom = clos_geometry(scenario.fabric)
+    return planes * geom.spines
+
+
+def max_flows(scenario: Scenario) -> int:
+    """The most concurrent flows of any phase: a permutation or a ring step of a J-GPU job has
+    J flows."""
+    return max(job_size(item, scenario.fabric.gpus) for item in scenario.workload)
+
+
+def estimate_memory(scenario: Scenario) -> MemoryEstimate:
+    geom = clos_geometry(scenario.fabric)
+    flows = max_flows(scenario)
+    fabric = BYTES_PER_LINK * (geom.num_links + 1)
+    solves = {policy: BYTES_PER_SLOT[policy] * flows * slots_per_flow(policy, scenario)
+              for policy in scenario.policies}
+    policy = max(solves, key=solves.get)
+    records = 0
+    if scenario.failures is not None:
+        records = (BYTES_PER_FAILURE_RECORD * scenario.failures.num_samples *
+                   len(scenario.policies) * len(scenario.workload))
+    runtime = RUNTIME_BYTES + sum(COMPILED_BYTES[p] for p in scenario.policies) * (
+        2 if scenario.failures is not None else 1)
+    total = runtime + fabric + solves[policy] + records
+    return MemoryEstimate(total=int(total), runtime=int(runtime), fabric=int(fabric),
+                          solve=int(solves[policy]), solve_policy=policy, flows=flows,
+                          slots=slots_per_flow(policy, scenario), failure_records=int(records))
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the accelerator's memory limit when JAX runs on
+    one (memory statistics), else the host's MemAvailable; None when neither is known."""
+    from fabricjax.devices import current_device  # imports JAX: only called from the CLI
+
+    device = current_device()
+    if device.platform != "cpu":
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # noqa: BLE001 - a backend without memory statistics
+            stats = {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _fitting_change(scenario: Scenario, estimate: MemoryEstimate, limit: int) -> str:
+    """The first change, in the order a user would try them, whose estimate fits: fewer paths
+    for the dominant policy, fewer policies, fewer failure sets; else a smaller fabric."""
+    def fits(changed: Scenario) -> bool:
+        return estimate_memory(changed).total <= limit
+
+    def with_section(section: str, **fields) -> Scenario:
+        part = getattr(scenario, section).model_copy(update=fields)
+        return scenario.model_copy(update={section: part})
+
+    policy, planes = estimate.solve_policy, scenario.fabric.planes
+    if policy in ("spray", "mrc"):
+        for evs in range(getattr(scenario, policy).evs - planes, planes - 1, -planes):
+            if fits(with_section(policy, evs=evs)):
+                return f"{policy}.evs <= {evs} (a multiple of fabric.planes)"
+    if policy == "ecmp":
+        for qps in range(scenario.ecmp.qps - 1, 0, -1):
+            if fits(with_section("ecmp", qps=qps)):
+                return f"ecmp.qps <= {qps}"
+    # keep the cheapest policies that fit together
+    cheapest = sorted(scenario.policies,
+                      key=lambda p: BYTES_PER_SLOT[p] * slots_per_flow(p, scenario))
+    for keep in range(len(cheapest) - 1, 0, -1):
+        kept = [p for p in scenario.policies if p in cheapest[:keep]]
+        if fits(scenario.model_copy(update={"policies": kept})):
+            return "only " + " ".join(f"--policy {p}" for p in kept)
+    if scenario.failures is not None and estimate.failure_records:
+        per_set = estimate.failure_records // max(scenario.failures.num_samples, 1)
+        spare = limit - (estimate.total - estimate.failure_records)
+        if spare >= per_set:
+            return f"--samples {spare // per_set:,} (failures.samples)"
+    return "a smaller fabric or job (fabric.gpus, workload[].gpus)"
+
+
+def check_memory(scenario: Scenario, limit: int | None, *, option: str = "--max-memory"
+                 ) -> MemoryEstimate:
+    """The estimate, or a ScenarioError when it exceeds `limit` bytes (None: no check)."""
+    estimate = estimate_memory(scenario)
+    if limit is not None and estimate.total > limit:
+        part = (f"{estimate.solve_policy} on {estimate.flows:,} flows x {estimate.slots:,} "
+                f"paths: {format_bytes(estimate.solve)}")
+        raise ScenarioError(
+            "", f"needs about {format_bytes(estimate.total)} of memory ({part}), more than "
+            f"the {format_bytes(limit)} available ({option}); would fit: "
+            f"{_fitting_change(scenario, estimate, limit)}")
+    return estimate

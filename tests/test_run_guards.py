@@ -1,0 +1,254 @@
+"""Robustness of a run as a whole: the memory model and its refusal, `--device`, byte-identical
+reports across runs and chunkings, Ctrl-C, and what a scenario file can make the tool read.
+
+Each CLI case runs the real command in a fresh process (what a user runs); the determinism
+cases compare the JSON files byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fabricjax.errors import ScenarioError
+from fabricjax.memory import (BYTES_PER_SLOT, check_memory, estimate_memory, max_flows,
+                              slots_per_flow)
+from fabricjax.report import NonFiniteError, _finite
+from fabricjax.scenario import parse_scenario
+from test_cli import REPO, _env, assert_one_line_error, fabricjax
+
+BIG = {"fabric": {"gpus": 131072, "planes": 8, "radix": 512},
+       "workload": [{"collective": "all-reduce", "size": "1GiB"}],
+       "policies": ["ecmp", "spray", "mrc"], "spray": {"evs": 128}, "mrc": {"evs": 128}}
+
+# 8 failure sets of a small fabric, each hitting flows. optimal is the policy whose last bit
+# moved when sets were vmapped; mrc compiles for a minute per process, and its chunk
+# invariance is tested in-process (test_failures.py)
+FAILING = textwrap.dedent("""\
+    name: failing
+    seed: 5
+    fabric: {gpus: 64, planes: 2, radix: 16}
+    workload:
+      - {name: perm, collective: permutation, size: 8MB}
+    policies: [ecmp, spray, optimal]
+    spray: {evs: 8}
+    mrc: {evs: 8, max_iters: 20, patience: 5}
+    failures: {samples: 8, links: 2, nic_ports: 1, switches: {random: 1, tier: t1},
+               degraded: {random: 1, factor: 0.5}}
+    """)
+
+
+# --------------------------------------------------------------------------- memory model
+
+def test_estimate_grows_with_every_dimension():
+    base = estimate_memory(parse_scenario(BIG))
+    more_evs = estimate_memory(parse_scenario({**BIG, "mrc": {"evs": 256}}))
+    fewer_gpus = estimate_memory(parse_scenario(
+        {**BIG, "workload": [{"collective": "all-reduce", "gpus": 1024}]}))
+    no_mrc = estimate_memory(parse_scenario({**BIG, "policies": ["ecmp", "spray"]}))
+    assert more_evs.total > base.total > fewer_gpus.total and no_mrc.total < base.total
+    assert base.solve_policy == "mrc" and base.flows == 131072 and base.slots == 128
+    assert base.solve == BYTES_PER_SLOT["mrc"] * 131072 * 128
+    with_failures = estimate_memory(parse_scenario({**BIG, "failures": {"samples": 1000,
+                                                                        "links": 2}}))
+    assert with_failures.failure_records > 0 and with_failures.total > base.total
+
+
+def test_flows_and_slots_come_from_the_config():
+    s = parse_scenario({"fabric": {"gpus": 256, "planes": 4, "radix": 32},
+                        "workload": [{"collective": "permutation", "gpus": 100},
+                                     {"collective": "all-reduce", "gpus": 200}],
+                        "ecmp": {"qps": 3}, "spray": {"evs": 16}})
+    assert max_flows(s) == 200
+    assert slots_per_flow("ecmp", s) == 12 and slots_per_flow("spray", s) == 16
+    assert slots_per_flow("optimal", s) == 4 * 16   # planes x spines (radix 32: 16 up)
+
+
+@pytest.mark.parametrize("limit_gib,fix", [(4.0, "mrc.evs <= "), (1.5, "only --policy ecmp"),
+                                           (0.1, "a smaller fabric")])
+def test_refusal_names_the_estimate_and_a_change_that_fits(limit_gib, fix):
+    scenario = parse_scenario(BIG)
+    limit = int(limit_gib * 2**30)
+    with pytest.raises(ScenarioError) as err:
+        check_memory(scenario, limit)
+    message = str(err.value)
+    assert "needs about" in message and "mrc on 131,072 flows x 128 paths" in message
+    assert "--max-memory" in message and fix in message and "\n" not in message
+    if fix == "mrc.evs <= ":   # the suggested EV count fits and the next multiple does not
+        evs = int(message.split("mrc.evs <= ")[1].split()[0])
+        assert evs % 8 == 0
+        fits = parse_scenario({**BIG, "mrc": {"evs": evs}})
+        assert estimate_memory(fits).total <= limit
+        assert estimate_memory(parse_scenario({**BIG, "mrc": {"evs": evs + 8}})).total > limit
+    assert check_memory(scenario, None).total == estimate_memory(scenario).total
+
+
+def test_cli_refuses_before_computing_and_writes_nothing(tmp_path):
+    (tmp_path / "big.yaml").write_text(json.dumps(BIG))
+    start = time.perf_counter()
+    proc = fabricjax("analyze", "big.yaml", "--max-memory", "1GiB", "--json", "out.json",
+                     cwd=tmp_path)
+    line = assert_one_line_error(proc, "big.yaml", "needs about", "more than the 1 GiB")
+    assert "would fit: only --policy ecmp" in line
+    assert time.perf_counter() - start < 60          # nothing was built or compiled
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.yaml"]
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["--max-memory", "lots"], ["--max-memory", "1GiB"]),
+    (["--max-memory", "-4MB"], ["--max-memory"]),
+    (["--device", "tpu"], ["--device", "allowed: cpu, gpu"]),
+    (["--chunk", "4"], ["--chunk", "no `failures` section"]),
+    (["--chunk", "0"], ["failures.chunk"]),
+])
+def test_run_options_are_checked(tmp_path, args, fragments):
+    (tmp_path / "s.yaml").write_text(FAILING if args[0] == "--chunk" and args[1] == "0" else
+                                     "fabric: {gpus: 64, planes: 2, radix: 16}\n"
+                                     "workload: [{collective: permutation}]\n")
+    assert_one_line_error(fabricjax("analyze", "s.yaml", *args, cwd=tmp_path), *fragments)
+
+
+def test_gpu_request_without_a_gpu_is_a_clear_error(tmp_path):
+    (tmp_path / "s.yaml").write_text("workload: [{collective: permutation}]\n"
+                                     "fabric: {gpus: 64, planes: 2, radix: 16}\n")
+    proc = fabricjax("analyze", "s.yaml", "--device", "gpu", cwd=tmp_path)
+    if proc.returncode == 0:
+        pytest.skip("this machine has a GPU visible to JAX")
+    assert_one_line_error(proc, "--device", "no GPU is visible to JAX", "--device cpu")
+
+
+# --------------------------------------------------------------------------- honest numbers
+
+def test_a_non_finite_number_is_a_bug_not_a_null():
+    assert _finite({"a": [1.0, {"b": 2.5}], "c": None}) == {"a": [1.0, {"b": 2.5}], "c": None}
+    with pytest.raises(NonFiniteError, match=r"results\[1\]\.p100 is nan"):
+        _finite({"results": [{"p100": 1.0}, {"p100": float("nan")}]})
+    with pytest.raises(NonFiniteError, match="inf"):
+        _finite([float("inf")])
+
+
+# --------------------------------------------------------------------------- determinism
+
+@pytest.fixture(scope="module")
+def failing_reports(tmp_path_factory):
+    """The FAILING scenario's JSON from two fresh processes: the default chunking (the 8 sets
+    in one call) and 3 sets per call (not dividing the 8 sets)."""
+    tmp = tmp_path_factory.mktemp("determinism")
+    (tmp / "f.yaml").write_text(FAILING)
+    runs = {"default": [], "chunk3": ["--chunk", "3"]}
+    texts = {}
+    for name, extra in runs.items():
+        proc = fabricjax("analyze", "f.yaml", "-q", "--device", "cpu", "--json",
+                         f"{name}.json", *extra, cwd=tmp)
+        assert proc.returncode == 0, proc.stderr
+        texts[name] = (tmp / f"{name}.json").read_bytes()
+    return texts
+
+
+def test_same_bytes_across_processes_and_chunkings(failing_reports):
+    """Two processes (so no shared cache) and two chunkings: one byte-identical report."""
+    assert failing_reports["chunk3"] == failing_reports["default"]
+
+
+def test_report_records_versions_seed_and_device(failing_reports):
+    report = json.loads(failing_reports["default"])
+    versions = report["versions"]
+    for key in ("fabricjax", "jax", "jaxlib", "numpy", "python", "device", "device_kind",
+                "device_count"):
+        assert versions[key] not in (None, ""), key
+    assert versions["device"] == "cpu" and report["seed"] == 5
+    assert "chunk" not in report["config"]["failures"]
+    assert len(report["failures"]["records"]) == 3 * 8   # 3 policies x 8 sets
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
+    """SIGINT in the middle of a failure study (many device calls): exit 130, one short
+    line, no report and no temporary file."""
+    text = FAILING.replace("samples: 8", "samples: 4000").replace(
+        "policies: [ecmp, spray, mrc, optimal]", "policies: [spray]")
+    (tmp_path / "f.yaml").write_text(text)
+    (tmp_path / "keep.json").write_text("{}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "analyze", "f.yaml", "--json",
+                             "keep.json"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    # wait until the failure study runs (the progress bar has started on stderr), then stop it
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if time.time() > deadline - 110:   # ~10 s in: past JAX start, in the failure sets
+            break
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "interrupted" in err
+    assert len([line for line in err.splitlines() if "interrupted" in line]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.yaml", "keep.json"]
+    assert (tmp_path / "keep.json").read_text() == "{}\n"   # the old report is untouched
+
+
+# --------------------------------------------------------------------------- security
+
+AUDIT = textwrap.dedent("""\
+    import sys
+    opened = []
+    def hook(event, args):
+        if event == "open" and isinstance(args[0], str):
+            opened.append(args[0])
+    sys.addaudithook(hook)
+    from cli.main import main
+    sys.argv = ["fabricjax", *sys.argv[1:]]
+    try:
+        main()
+    except SystemExit as exit:
+        code = exit.code
+    else:
+        code = 0
+    import os
+    here = os.getcwd()
+    mine = sorted({os.path.relpath(p, here) for p in opened
+                   if os.path.abspath(p).startswith(here)})
+    print("OPENED", mine, file=sys.stderr)
+    sys.exit(code)
+    """)
+
+
+def test_a_scenario_cannot_make_the_tool_read_other_files(tmp_path):
+    """Path-like strings in every free-text field stay text: the run opens the scenario and
+    its own output, nothing else in the scenario's folder (an audit hook lists the opens)."""
+    (tmp_path / "secret.txt").write_text("password\n")
+    (tmp_path / "audit.py").write_text(AUDIT)
+    (tmp_path / "s.yaml").write_text(textwrap.dedent("""\
+        name: ../secret.txt
+        fabric: {gpus: 64, planes: 2, radix: 16}
+        workload: [{name: secret.txt, collective: permutation, size: 4MB}]
+        policies: [spray]
+        spray: {evs: 8}
+        """))
+    proc = subprocess.run([sys.executable, str(tmp_path / "audit.py"), "analyze", "s.yaml",
+                           "-q", "--json", "out.json"], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    opened = eval(proc.stderr.split("OPENED", 1)[1].strip())   # the list the hook printed
+    assert "secret.txt" not in opened and "s.yaml" in opened
+    files = [p for p in opened if not p.startswith("__editable__")]   # the import system's
+    assert all(p in ("s.yaml", "out.json") or p.startswith(".out.json.") for p in files), opened
+
+
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system ['touch pwned']",
+                                 "!!python/name:os.system", "!include secret.txt"])
+def test_yaml_tags_do_not_run_or_read_anything(tmp_path, tag):
+    (tmp_path / "secret.txt").write_text("password\n")
+    (tmp_path / "s.yaml").write_text(f"name: {tag}\nworkload: [{{collective: permutation}}]\n")
+    proc = fabricjax("analyze", "s.yaml", cwd=tmp_path)
+    assert_one_line_error(proc, "s.yaml")
+    assert not (tmp_path / "pwned").exists()
+    assert "password" not in proc.stderr + proc.stdout
