@@ -252,3 +252,23 @@ def test_yaml_tags_do_not_run_or_read_anything(tmp_path, tag):
     assert_one_line_error(proc, "s.yaml")
     assert not (tmp_path / "pwned").exists()
     assert "password" not in proc.stderr + proc.stdout
+
+
+# --------------------------------------------------------------------------- bounded loops
+
+def test_every_loop_bound_is_a_reported_status():
+    """max-min rounds and mrc iterations stop at their bound, and the record says so instead
+    of passing the truncated answer off as converged (optimal's iteration cap: test_optimal;
+    on these fabrics its bound is tight before the first iteration)."""
+    from fabricjax.analysis import analyze
+
+    scenario = parse_scenario({
+        "fabric": {"gpus": 64, "planes": 2, "radix": 16, "oversubscription": 3},
+        "workload": [{"collective": "permutation", "size": "4MB"}],
+        "policies": ["ecmp", "mrc"], "ecmp": {"qps": 1}, "mrc": {"evs": 8, "max_iters": 1},
+        "solver": {"max_rounds": 1, "eps": 0.0}})
+    records = {r.policy: r for r in analyze(scenario).records}
+    assert "round_limit" in records["ecmp"].status and records["ecmp"].rate_rounds == 1
+    assert "iteration_cap" in records["mrc"].status and records["mrc"].iterations == 1
+    for record in records.values():   # the numbers are still finite and marked, not NaN
+        assert record.completion_s is not None and record.completion_s > 0
