@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow bench bench-failures clean
+.PHONY: demo test test-slow fuzz bench bench-failures bench-memory clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +21,18 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
+# the long fuzz run of the README (10,000 generated scenario files through the real command)
+fuzz: $(STAMP)
+	FABRICJAX_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest -q -m slow tests/test_fuzz.py -k long
+
 bench: $(STAMP)
 	$(BIN)/python bench/bench_foundation.py
 
 bench-failures: $(STAMP)
 	$(BIN)/python bench/bench_failures.py
+
+bench-memory: $(STAMP)
+	$(BIN)/python bench/memory_calibration.py | tee bench/memory_last_run.log
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

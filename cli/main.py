@@ -31,7 +31,10 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    from fabricjax.errors import one_line
+
+    err.print(f"[bold red]error:[/] {escape(one_line(message))}", highlight=False,
+              soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -18,7 +18,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fabricjax.errors import ScenarioError
+from fabricjax.errors import ScenarioError, one_line, short_repr
 from fabricjax.units import parse_rate_gbps, parse_size
 
 POLICIES = ("ecmp", "spray", "mrc", "optimal")
@@ -422,8 +422,42 @@ def _field_path(loc: tuple) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return short_repr(value, 60)
+
+
+# A scenario is a few dozen values; YAML aliases can make a small file expand to billions.
+MAX_SCENARIO_VALUES = 100_000
+MAX_MERGED_KEYS = 10_000
+
+
+def _check_values(data: Any) -> None:
+    """Refuse, before validation walks it, data that expands (through shared YAML aliases) to
+    more than MAX_SCENARIO_VALUES values, and any string or key holding a character that
+    cannot be printed on one line (a control character, a line separator, a lone surrogate).
+    Iterative and bounded by the count, so an alias bomb costs at most that many steps."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    seen = 0
+    while stack:
+        value, path = stack.pop()
+        seen += 1
+        if seen > MAX_SCENARIO_VALUES:
+            raise ScenarioError("", f"expands to more than {MAX_SCENARIO_VALUES:,} values "
+                                "(YAML aliases repeating a large value?); a scenario is a few "
+                                "dozen")
+        if isinstance(value, str):
+            bad = next((c for c in value if not (c.isprintable() or c in " \t")), None)
+            if bad is not None:
+                raise ScenarioError(path, f"contains the character U+{ord(bad):04X}; allowed: "
+                                    "printable text on one line")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = one_line(str(key))
+                child = f"{path}.{name}" if path else name
+                if isinstance(key, str):
+                    stack.append((key, child))
+                stack.append((item, child))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
 
 
 def _format_validation_error(err: pydantic.ValidationError) -> ScenarioError:
@@ -469,6 +503,7 @@ def parse_scenario(data: Any, *, default_name: str = "scenario") -> Scenario:
         raise ScenarioError(
             "", f"expected a mapping of fields at the top level, got {type(data).__name__}"
         )
+    _check_values(data)
     data = dict(data)
     data.setdefault("name", default_name)
     try:
@@ -503,6 +538,15 @@ class _SafeLoader(yaml.SafeLoader):
                         key_node.start_mark)
                 seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
+
+    def flatten_mapping(self, node):
+        # PyYAML copies every merged (`<<`) key into the mapping, recursively: nested merges
+        # through aliases grow exponentially before any validation could refuse them
+        super().flatten_mapping(node)
+        if len(node.value) > MAX_MERGED_KEYS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"merge keys (<<) expand one mapping to more than "
+                f"{MAX_MERGED_KEYS:,} keys", node.start_mark)
 
     def construct_object(self, node, deep=False):
         try:

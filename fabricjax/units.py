@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+from fabricjax.errors import short_repr
+
 _SIZE_UNITS = {
     "": 1, "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -65,8 +67,7 @@ def parse_rate_gbps(value: object) -> float:
 
 
 def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return short_repr(value, 40)
 
 
 def format_bytes(num_bytes: float) -> str:

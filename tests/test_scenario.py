@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -535,3 +536,55 @@ def test_yaml_nodes_of_the_wrong_kind_are_scenario_errors(tmp_path, content):
     path.write_bytes(content)
     with pytest.raises(ScenarioError):
         load_scenario(path)
+
+
+# --------------------------------------------------------------------------- hostile YAML
+
+def _laughs(levels: int, width: int) -> str:
+    """`&l9 [&l8 [... &l0 [lol, lol], *l0 ...], *l8 ...]`: width^levels leaves in a few KB."""
+    text = "&l0 [lol, lol]"
+    for level in range(1, levels):
+        text = f"&l{level} [{text}" + f", *l{level - 1}" * (width - 1) + "]"
+    return text
+
+
+@pytest.mark.parametrize("line", [
+    "name: {}\n", "workload: [{{collective: permutation, gpus: {}}}]\n",
+    "workload: [{{collective: permutation, size: {}}}]\n", "extra: {}\n",
+])
+def test_alias_bombs_are_refused_quickly(tmp_path, line):
+    path = tmp_path / "bomb.yaml"
+    body = line.format(_laughs(10, 10))
+    if "workload" not in line:
+        body += "workload: [{collective: permutation}]\n"
+    path.write_text(body)
+    start = time.perf_counter()
+    err = load_error(path)
+    assert time.perf_counter() - start < 5
+    assert "\n" not in str(err) and len(str(err)) < 400
+
+
+def test_merge_key_bomb_is_refused_quickly(tmp_path):
+    text = "&m0 {a: 1, b: 2}"
+    for level in range(1, 9):
+        text = f"&m{level} {{<<: [{text}" + f", *m{level - 1}" * 9 + "]}"
+    path = tmp_path / "merge.yaml"
+    path.write_text(f"workload: [{{collective: permutation}}]\nsolver: {text}\n")
+    start = time.perf_counter()
+    err = load_error(path)
+    assert time.perf_counter() - start < 5 and "merge keys" in err.message
+
+
+@pytest.mark.parametrize("text,field", [
+    ('name: "a\\ud800b"\n', "name"),
+    ('workload: [{collective: permutation, name: "x\\ey"}]\n', "workload[0].name"),
+    ('fabric: {"a\\nb": 1}\n', "fabric.a\\nb"),
+    ('name: "two\\u2028lines"\n', "name"),
+])
+def test_unprintable_text_is_refused_on_one_line(tmp_path, text, field):
+    path = tmp_path / "s.yaml"
+    path.write_text(text + ("workload: [{collective: permutation}]\n"
+                            if "workload" not in text else ""))
+    err = load_error(path)
+    assert err.field == field and "allowed: printable text" in err.message
+    assert str(err).isprintable()
