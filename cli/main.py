@@ -38,6 +38,12 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _printable(text: str) -> str:
+    from fabricjax.errors import one_line
+
+    return one_line(str(text))
+
+
 def _interrupted() -> None:
     """Ctrl-C: one line and exit 130 at once. Output files are written atomically, so there is
     nothing to clean up; skipping interpreter shutdown matters because JAX's runtime threads
@@ -76,7 +82,9 @@ def _load(scenario: Path, **overrides):
         _fail(str(error))
 
 
-def _check_output(path: Optional[Path], option: str, scenario: Path) -> None:
+def _check_output(path: Optional[str], option: str, scenario: Path) -> None:
+    """Fail before computing when `path` cannot be written. Output paths are taken as `str`:
+    click's Path type drops a trailing slash, and `--json newdir/` names a folder."""
     if path is None:
         return
     from fabricjax.output import check_writable
@@ -98,7 +106,7 @@ def analyze(
     seed: Annotated[Optional[int], typer.Option(
         metavar="N",
         help="Random seed for workload and path draws (overrides the scenario's).")] = None,
-    json_path: Annotated[Optional[Path], typer.Option(
+    json_path: Annotated[Optional[str], typer.Option(
         "--json", metavar="PATH",
         help="Write the full report as JSON to this path (atomically).")] = None,
     trace: Annotated[bool, typer.Option(
@@ -177,7 +185,7 @@ def analyze(
 
         out.print(reliability_table(report))
     if json_path is not None:
-        out.print(f"wrote {escape(str(json_path))}", highlight=False)
+        out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
 
 
 def _memory_limit(text: Optional[str]) -> Optional[int]:
@@ -224,7 +232,7 @@ def _run_analysis(config, quiet: bool, trace: bool):
 def topo(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (its `fabric` section).",
                                              metavar="SCENARIO.yaml")],
-    json_path: Annotated[Optional[Path], typer.Option(
+    json_path: Annotated[Optional[str], typer.Option(
         "--json", metavar="PATH",
         help="Write the summary as JSON to this path (atomically).")] = None,
 ) -> None:
@@ -239,7 +247,7 @@ def topo(
     out.print(topo_table(summary))
     if json_path is not None:
         write_json_atomic(summary, json_path)
-        out.print(f"wrote {json_path}", highlight=False)
+        out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
 
 
 def main() -> None:

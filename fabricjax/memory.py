@@ -11,6 +11,7 @@ not a description of each array.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from fabricjax.errors import ScenarioError
@@ -28,7 +29,12 @@ COMPILED_BYTES = {"ecmp": 50 * 2**20, "spray": 50 * 2**20, "mrc": 100 * 2**20,
                   "optimal": 50 * 2**20}
 BYTES_PER_LINK = 120
 BYTES_PER_SLOT = {"ecmp": 80, "spray": 80, "mrc": 200, "optimal": 100}
-BYTES_PER_FAILURE_RECORD = 6_000   # a failure set's JSON record and its Python objects
+# A failure study on the host: each (policy, workload item, set) record with its JSON text;
+# each failed component of a set (its name, ids, the list the records share) and its line in
+# every record's JSON `components`. Measured on bench/memory_calibration.py's failure rows.
+BYTES_PER_FAILURE_RECORD = 6_000
+BYTES_PER_COMPONENT = 400
+BYTES_PER_RECORD_COMPONENT = 50
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +48,7 @@ class MemoryEstimate:
     solve_policy: str
     flows: int               # the most concurrent flows of a phase
     slots: int               # that policy's path slots per flow
-    failure_records: int
+    failure_records: int     # the failure study: records, component lists, one set's solve
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -76,14 +82,42 @@ def estimate_memory(scenario: Scenario) -> MemoryEstimate:
     policy = max(solves, key=solves.get)
     records = 0
     if scenario.failures is not None:
-        records = (BYTES_PER_FAILURE_RECORD * scenario.failures.num_samples *
-                   len(scenario.policies) * len(scenario.workload))
+        records = _failure_study_bytes(scenario, geom, flows)
     runtime = RUNTIME_BYTES + sum(COMPILED_BYTES[p] for p in scenario.policies) * (
         2 if scenario.failures is not None else 1)
     total = runtime + fabric + solves[policy] + records
     return MemoryEstimate(total=int(total), runtime=int(runtime), fabric=int(fabric),
                           solve=int(solves[policy]), solve_policy=policy, flows=flows,
                           slots=slots_per_flow(policy, scenario), failure_records=int(records))
+
+
+def components_per_set(scenario: Scenario, geom=None) -> float:
+    """An upper estimate of the failed components in one set: every name, every random draw,
+    and the mean plus four standard deviations of the probability draws."""
+    from fabricjax.failures import population
+
+    geom = geom if geom is not None else clos_geometry(scenario.fabric)
+    total = 0.0
+    for kind, cfg in scenario.failures.kinds.items():
+        rest = max(population(geom, kind, cfg) - len(cfg.names) - cfg.random, 0)
+        mean = rest * cfg.probability
+        total += len(cfg.names) + cfg.random + mean + 4.0 * math.sqrt(
+            mean * (1.0 - cfg.probability))
+    return total
+
+
+def _failure_study_bytes(scenario: Scenario, geom, flows: int) -> float:
+    """Host records and component lists of every set, plus one set's device working set
+    (CPU runs the sets of a call one at a time)."""
+    from fabricjax.failures import bytes_per_set
+
+    sets = scenario.failures.num_samples
+    records = sets * len(scenario.policies) * len(scenario.workload)
+    components = components_per_set(scenario, geom)
+    device = max(bytes_per_set(p, geom, flows, slots_per_flow(p, scenario))
+                 for p in scenario.policies)
+    return (records * (BYTES_PER_FAILURE_RECORD + BYTES_PER_RECORD_COMPONENT * components) +
+            sets * components * BYTES_PER_COMPONENT + device)
 
 
 def available_memory() -> int | None:
@@ -142,7 +176,10 @@ def _fitting_change(scenario: Scenario, estimate: MemoryEstimate, limit: int) ->
         per_set = estimate.failure_records // max(scenario.failures.num_samples, 1)
         spare = limit - (estimate.total - estimate.failure_records)
         if spare >= per_set:
-            return f"--samples {spare // per_set:,} (failures.samples)"
+            samples = int(spare // per_set)
+            fewer = scenario.failures.model_copy(update={"samples": samples})
+            if fits(scenario.model_copy(update={"failures": fewer})):
+                return f"--samples {samples:,} (failures.samples)"
     return "a smaller fabric or job (fabric.gpus, workload[].gpus)"
 
 
