@@ -428,6 +428,7 @@ def _short(value: Any) -> str:
 # A scenario is a few dozen values; YAML aliases can make a small file expand to billions.
 MAX_SCENARIO_VALUES = 100_000
 MAX_MERGED_KEYS = 10_000
+MAX_SCENARIO_DEPTH = 32
 
 
 def _check_values(data: Any) -> None:
@@ -435,11 +436,15 @@ def _check_values(data: Any) -> None:
     more than MAX_SCENARIO_VALUES values, and any string or key holding a character that
     cannot be printed on one line (a control character, a line separator, a lone surrogate).
     Iterative and bounded by the count, so an alias bomb costs at most that many steps."""
-    stack: list[tuple[Any, str]] = [(data, "")]
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
     seen = 0
     while stack:
-        value, path = stack.pop()
+        value, path, depth = stack.pop()
         seen += 1
+        if depth > MAX_SCENARIO_DEPTH:   # also keeps every path string short
+            raise ScenarioError(path[:80] + "...", f"nested more than {MAX_SCENARIO_DEPTH} "
+                                "levels deep (a YAML alias inside itself?); a scenario nests "
+                                "a few")
         if seen > MAX_SCENARIO_VALUES:
             raise ScenarioError("", f"expands to more than {MAX_SCENARIO_VALUES:,} values "
                                 "(YAML aliases repeating a large value?); a scenario is a few "
@@ -454,10 +459,10 @@ def _check_values(data: Any) -> None:
                 name = one_line(str(key))
                 child = f"{path}.{name}" if path else name
                 if isinstance(key, str):
-                    stack.append((key, child))
-                stack.append((item, child))
+                    stack.append((key, child, depth + 1))
+                stack.append((item, child, depth + 1))
         elif isinstance(value, (list, tuple)):
-            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
 
 
 def _format_validation_error(err: pydantic.ValidationError) -> ScenarioError:

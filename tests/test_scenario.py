@@ -588,3 +588,16 @@ def test_unprintable_text_is_refused_on_one_line(tmp_path, text, field):
     err = load_error(path)
     assert err.field == field and "allowed: printable text" in err.message
     assert str(err).isprintable()
+
+
+@pytest.mark.parametrize("text", ["&d {x: *d}\n",
+                                  "workload: [{collective: permutation}]\nname: &d [*d]\n"])
+def test_an_alias_inside_itself_is_refused_quickly(tmp_path, text):
+    """Found by the long fuzz run: the walk built ever longer field paths (quadratic memory,
+    10-30 s) before the value count stopped it; depth now stops it first."""
+    path = tmp_path / "self.yaml"
+    path.write_text(text)
+    start = time.perf_counter()
+    err = load_error(path)
+    assert time.perf_counter() - start < 2 and "nested more than" in err.message
+    assert len(str(err)) < 300
