@@ -34,6 +34,7 @@ No hypothesis database is used (database=None): runs write nothing into the tree
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import datetime
 import json
@@ -483,7 +484,9 @@ def _mutate(draw, data, benign_only: bool):
         if not benign:
             return data
         path = draw(st.sampled_from(benign))
-        return _set(data, path, draw(_BENIGN[path[-1]]))
+        # a copy: sampled_from hands out its own list objects, and a later in-place
+        # mutation of the tree must not change them (hypothesis: FlakyStrategyDefinition)
+        return _set(data, path, copy.deepcopy(draw(_BENIGN[path[-1]])))
     op = draw(st.sampled_from(["replace", "replace", "edge", "edge", "delete", "insert",
                                "wrap", "retype", "duplicate", "move", "raw", "raw", "benign",
                                "derived"]))
@@ -492,7 +495,7 @@ def _mutate(draw, data, benign_only: bool):
     if op == "edge":
         bounds = SCHEMA_BOUNDS.get(leaf) if leaf else None
         values = [v for b in bounds for v in _edges(b)] if bounds else _SPECIAL_NUMBERS
-        return _set(data, path, draw(st.sampled_from(values)))
+        return _set(data, path, copy.deepcopy(draw(st.sampled_from(values))))
     if op == "delete":
         return _delete(data, path) if path else data
     if op == "insert":
