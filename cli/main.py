@@ -30,18 +30,17 @@ out = Console(width=None if sys.stdout.isatty() else 150)
 err = Console(stderr=True)
 
 
-def _fail(message: str, code: int = 2) -> None:
-    from fabricjax.errors import one_line
-
-    err.print(f"[bold red]error:[/] {escape(one_line(message))}", highlight=False,
-              soft_wrap=True)
-    raise typer.Exit(code)
-
-
 def _printable(text: str) -> str:
+    """A user's text (a path, a key) escaped to stay on one line, without terminal escapes."""
     from fabricjax.errors import one_line
 
     return one_line(str(text))
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {escape(_printable(message))}", highlight=False,
+              soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def _interrupted() -> None:
