@@ -1,11 +1,12 @@
 """The memory model: what a scenario's arrays will need, estimated from the config alone.
 
-`estimate_memory` runs before anything large is allocated (no fabric arrays, no flows, nothing
-on a device); `check_memory` refuses a scenario whose estimate exceeds the limit (`--max-memory`, else
-what the machine has available) with a ScenarioError that names the estimate, its largest part
-and a change that would fit. The coefficients are peak resident bytes measured on the CPU
-(`bench/memory_calibration.py`) and rounded up, so the estimate is an upper bound of the peak
-(1.1-1.45x of it on the calibration rows), not a description of each array.
+`estimate_memory` runs before anything large is allocated (no fabric arrays, no flows,
+nothing on a device); `check_memory` refuses a scenario whose estimate exceeds the limit
+(`--max-memory`, else what the machine has available) with a ScenarioError that names the
+estimate, its largest part and a change that would fit. The coefficients are peak resident
+bytes measured on the CPU (`bench/memory_calibration.py`) and rounded up, so the estimate is
+an upper bound of the peak (1.1-1.5x of it on the calibration rows), not a description of
+each array.
 """
 
 from __future__ import annotations

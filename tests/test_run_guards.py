@@ -21,7 +21,7 @@ from fabricjax.memory import (BYTES_PER_SLOT, check_memory, estimate_memory, max
                               slots_per_flow)
 from fabricjax.report import NonFiniteError, _finite
 from fabricjax.scenario import parse_scenario
-from test_cli import REPO, _env, assert_one_line_error, fabricjax
+from test_cli import _env, assert_one_line_error, fabricjax
 
 BIG = {"fabric": {"gpus": 131072, "planes": 8, "radix": 512},
        "workload": [{"collective": "all-reduce", "size": "1GiB"}],
