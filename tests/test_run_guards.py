@@ -179,12 +179,9 @@ def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "analyze", "f.yaml", "--json",
                              "keep.json"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    # wait until the failure study runs (the progress bar has started on stderr), then stop it
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-        if time.time() > deadline - 110:   # ~10 s in: past JAX start, in the failure sets
-            break
+    # ~10 s in, the run is past JAX's start and inside the 4,000 failure sets (minutes of
+    # work); an interrupt during start-up takes the same exit path
+    time.sleep(10)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
