@@ -319,21 +319,23 @@ PROPERTY = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                       HealthCheck.filter_too_much])
 
 
-@settings(max_examples=8, **PROPERTY)
-@given(data=scenario_dicts(quick=True), trace=st.booleans())
-def test_no_non_finite_number_reaches_json_or_tables(data, trace):
+def _analyze_and_check(data: dict, trace: bool) -> None:
     report = analyze(parse_or_reject(data), trace=trace)
     record_events(report)
     check_report(report)
+
+
+@settings(max_examples=8, **PROPERTY)
+@given(data=scenario_dicts(quick=True), trace=st.booleans())
+def test_no_non_finite_number_reaches_json_or_tables(data, trace):
+    _analyze_and_check(data, trace)
 
 
 @pytest.mark.slow
 @settings(max_examples=20, **PROPERTY)
 @given(data=scenario_dicts(quick=False), trace=st.booleans())
 def test_no_non_finite_number_reaches_json_or_tables_any_fabric(data, trace):
-    report = analyze(parse_or_reject(data), trace=trace)
-    record_events(report)
-    check_report(report)
+    _analyze_and_check(data, trace)
 
 
 # --------------------------------------------------------------------------- explicit cases
