@@ -96,6 +96,15 @@ def _tier_bounds(fabric: Fabric) -> tuple[tuple[int, int], ...]:
     return tuple((s, s + n) for s, n in zip(g.tier_starts, g.tier_sizes))
 
 
+def slowest_only(scenario: Scenario, flows: Flows) -> bool:
+    """Whether a phase's time needs only the slowest max-min rate (`solver.rates: auto` and
+    every sending flow sends the same bytes): exact in one pass instead of the full rounds."""
+    if scenario.solver.rates == "full":
+        return False
+    sending = flows.size[flows.size > 0]
+    return bool(sending.size == 0 or np.all(sending == sending[0]))
+
+
 def _phase_inputs(fabric: Fabric, flows: Flows, scenario: Scenario, alive: np.ndarray | None):
     g = fabric.geometry
     demand = offered_demand(flows, g.nic_gbps, g.gpus)
@@ -130,7 +139,8 @@ def solve_slots(fabric: Fabric, flows: Flows, plane: np.ndarray, spine: np.ndarr
     args = jax.device_put((flows.src, flows.dst, plane, spine,
                            *_phase_inputs(fabric, flows, scenario, alive)))
     result = solve_clos_uniform_phase(fabric.geometry, *args, tier_bounds=_tier_bounds(fabric),
-                                      top_k=min(TOP_LINKS, fabric.num_links))
+                                      top_k=min(TOP_LINKS, fabric.num_links),
+                                      slowest_only=slowest_only(scenario, flows))
     return jax.device_get(result)
 
 
@@ -190,7 +200,7 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
                                np.float32(cfg.damping), np.float32(cfg.tol), eps, max_rounds))
         mrc, result = jax.device_get(solve_mrc_phase(
             geom, *args, max_iters=cfg.max_iters, patience=cfg.patience, tier_bounds=bounds,
-            top_k=top_k))
+            top_k=top_k, slowest_only=slowest_only(scenario, flows)))
         iterations = int(mrc.iterations)
         return PhaseOutcome(result, slots=cfg.evs, iterations=iterations,
                             convergence=MRC_STATUS_NAMES[int(mrc.status)],
@@ -208,8 +218,9 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
                             max_iters=cfg.max_iters, tol=cfg.tol)
         plane, spine = full_slot_grid(geom, flows.num_flows)
         args = jax.device_put((flows.src, flows.dst, plane, spine, opt.weights, *inputs))
-        result = jax.device_get(solve_clos_weighted_phase(geom, *args, tier_bounds=bounds,
-                                                          top_k=top_k))
+        result = jax.device_get(solve_clos_weighted_phase(
+            geom, *args, tier_bounds=bounds, top_k=top_k,
+            slowest_only=slowest_only(scenario, flows)))
         status = int(opt.status)
         capped = bool(status & STATUS_ITERATION_LIMIT)
         convergence = "iteration cap" if capped else "converged (gap)"

@@ -8,6 +8,7 @@ accelerator untouched; `gpu` fails with a clear message when no GPU is visible t
 from __future__ import annotations
 
 DEVICES = ("cpu", "gpu")
+_device_limit: int | None = None     # --devices N: shard over at most N devices
 
 
 class DeviceError(ValueError):
@@ -48,10 +49,36 @@ def current_device():
     return jax.devices()[0]
 
 
+def limit_devices(count: int | None) -> None:
+    """Shard batched work over at most `count` devices (None: every device found)."""
+    global _device_limit
+    if count is not None and count < 1:
+        raise DeviceError(f"--devices must be at least 1, got {count}")
+    _device_limit = count
+
+
+def compute_devices() -> list:
+    """The devices batched work is sharded over: every device of the current platform (all
+    the GPUs of a node; on a CPU one device unless XLA_FLAGS asks for virtual host devices),
+    at most `limit_devices`' count, the default device first."""
+    import jax
+
+    device = current_device()
+    found = jax.devices(device.platform)
+    ordered = [device] + [d for d in found if d != device]
+    return ordered[:_device_limit] if _device_limit is not None else ordered
+
+
+def shard_devices(batch: int) -> int:
+    """How many devices a batch of `batch` independent items is sharded over."""
+    return max(1, min(len(compute_devices()), batch))
+
+
 def device_record() -> dict:
     """What the report records about the device: platform, kind and how many are visible."""
     import jax
 
     device = current_device()
     return {"device": str(device.platform), "device_kind": str(device.device_kind),
-            "device_count": len(jax.devices(device.platform))}
+            "device_count": len(jax.devices(device.platform)),
+            "devices_used": len(compute_devices())}

@@ -451,23 +451,41 @@ def _one_set(policy: str, geom: ClosGeometry, common: dict, extra: dict, item, *
 
 @functools.partial(jax.jit, static_argnums=(0, 1),
                    static_argnames=("tier_bounds", "top_k", "max_iters", "patience",
-                                    "slowest_only", "vmap_width"))
+                                    "slowest_only", "vmap_width", "num_devices"))
 def solve_failure_chunk(policy: str, geom: ClosGeometry, common: dict, extra: dict, chunk, *,
                         tier_bounds, top_k, max_iters=1, patience=1, slowest_only=False,
-                        vmap_width=1) -> SetOutcome:
+                        vmap_width=1, num_devices=1) -> SetOutcome:
     """`policy`'s steady state and transient exposure for every failure set of `chunk`
     (dead_links, dead_nodes, degraded_links, degraded_factor, each with a leading [C] axis) in
     one call: `vmap_width` sets at a time are vmapped, the groups run one after another
     (`lax.map`), so memory stays bounded while a chunk amortises the dispatch.
     `common`: src, dst, demand, size, flow_cap, capacity, link_src, link_dst, eps, max_rounds;
     `extra`: the policy's pre-failure slots (plane, spine) and options. `slowest_only`: the
-    flows all send the same bytes, so the phase time needs only the slowest rate (exact)."""
-    one = functools.partial(_one_set, policy, geom, common, extra, tier_bounds=tier_bounds,
-                            top_k=top_k, max_iters=max_iters, patience=patience,
-                            slowest_only=slowest_only)
-    if vmap_width <= 1:
-        return jax.lax.map(one, chunk)
-    return jax.lax.map(one, chunk, batch_size=vmap_width)
+    flows all send the same bytes, so the phase time needs only the slowest rate (exact).
+
+    `num_devices` > 1 shards the chunk's sets over the first `num_devices` devices of the
+    default backend (`shard_map` over a one-axis mesh; C must be a multiple of it): each
+    device runs the same per-set program on its share, `common` and `extra` are replicated, and
+    no device talks to another, so a set's outcome does not depend on the device count."""
+    def run(common, extra, sets):
+        one = functools.partial(_one_set, policy, geom, common, extra, tier_bounds=tier_bounds,
+                                top_k=top_k, max_iters=max_iters, patience=patience,
+                                slowest_only=slowest_only)
+        if vmap_width <= 1:
+            return jax.lax.map(one, sets)
+        return jax.lax.map(one, sets, batch_size=vmap_width)
+
+    if num_devices <= 1:
+        return run(common, extra, chunk)
+    from jax.sharding import Mesh, PartitionSpec
+
+    from fabricjax.devices import compute_devices
+
+    mesh = Mesh(np.asarray(compute_devices()[:num_devices]), ("sets",))
+    sharded = jax.shard_map(run, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec(),
+                                                      PartitionSpec("sets")),
+                            out_specs=PartitionSpec("sets"), check_vma=False)
+    return sharded(common, extra, chunk)
 
 
 def bytes_per_set(policy: str, geom: ClosGeometry, num_flows: int, slots: int) -> int:
@@ -509,9 +527,12 @@ def vmap_width(policy: str, geom: ClosGeometry, num_flows: int, slots: int,
     return max(1, min(MAX_VMAP_WIDTH, fit, samples))
 
 
-def sets_per_call(width: int, samples: int, configured: int | None = None) -> int:
-    """Failure sets per device call: `failures.chunk` when given (rounded up to a multiple of
-    the vmap width), else CPU_SETS_PER_CALL or one vmapped group, whichever is larger."""
-    wanted = configured if configured is not None else max(width, CPU_SETS_PER_CALL)
+def sets_per_call(width: int, samples: int, configured: int | None = None,
+                  num_devices: int = 1) -> int:
+    """Failure sets per device call: `failures.chunk` when given, else CPU_SETS_PER_CALL or
+    one vmapped group per device, whichever is larger; rounded up to a multiple of the vmap
+    width times the devices the call is sharded over."""
+    group = width * max(num_devices, 1)
+    wanted = configured if configured is not None else max(group, CPU_SETS_PER_CALL)
     wanted = min(wanted, samples)
-    return width * max(1, -(-wanted // width))
+    return group * max(1, -(-wanted // group))

@@ -72,13 +72,29 @@ def _utilisation(load, capacity, alive):
     return util, usable
 
 
-RETARGET_DRAWS = 8  # candidate spines tried per moving EV; the first live one is taken
+RETARGET_DRAWS = 2  # candidate spines tried per moving EV; the first live one is taken
+
+
+def per_plane_sum(values, planes: int):
+    """float[F, P]: the sum of values[F, K] over the slots of each plane (slot k on plane
+    k % P), by a reshape instead of a scatter (K is padded up to a multiple of P)."""
+    num_flows, num_slots = values.shape
+    pad = -num_slots % planes
+    if pad:
+        values = jnp.pad(values, ((0, 0), (0, pad)))
+    return values.reshape(num_flows, -1, planes).sum(axis=1)
 
 
 def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity, alive, key,
                     threshold, damping, tol, *, max_iters: int, patience: int) -> MrcResult:
-    """The fixed point of MRC's EV swapping (see the module docstring). Traceable; jit it."""
+    """The fixed point of MRC's EV swapping (see the module docstring). Traceable; jit it.
+
+    `plane` must hold slot k on plane k % P (what `paths.spread_slots` and `hashed_slots`
+    draw): the loop uses that structure to sum NIC-port loads per plane without a scatter."""
     num_links = capacity.shape[0]
+    num_flows, num_slots = spine.shape
+    planes = geom.planes
+    sentinel = num_links
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
     tiers = geom.tier_starts
     fabric_lo, fabric_hi = tiers[1], tiers[3]         # t0->t1 and t1->t0 links
@@ -86,10 +102,24 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
     dst_t0 = geom.t0_of(dst)[:, None]
     cross = src_t0 != dst_t0                          # [F, 1]: EV choice matters
     spines = geom.spines
+    # The two fabric hops of an EV are base + spine (fabric.py's layout); same-T0 flows point
+    # both at the sentinel. Only the spine changes inside the loop, so the bases are hoisted.
+    up_base = geom.t0_up(plane, src_t0, 0)
+    down_base = geom.t1_down(plane, dst_t0, 0)
+
+    def fabric_hops(spine):
+        return (jnp.where(cross, up_base + spine, sentinel),
+                jnp.where(cross, down_base + spine, sentinel))
+
+    # NIC-port hops per (flow, plane): the same link for every EV of that plane
+    plane_ids = jnp.arange(planes)[None, :]
+    host_up = geom.gpu_up(plane_ids, src[:, None])
+    host_down = geom.gpu_down(plane_ids, dst[:, None])
+    host_ok = alive_ext[host_up] & alive_ext[host_down]                      # [F, P]
     # an EV whose NIC port (either end) is dead is retired for good: no spine of its plane
     # can carry it, so it is never marked and never moves
-    host_dead = ~(alive_ext[geom.gpu_up(plane, src[:, None])] &
-                  alive_ext[geom.gpu_down(plane, dst[:, None])])
+    host_dead = ~jnp.take(host_ok, jnp.arange(num_slots) % planes, axis=1)  # [F, K]
+    host_ids = jnp.concatenate([host_up, host_down], axis=1)
 
     def spine_alive(candidate):
         """Whether the fabric hops of (plane, candidate spine) are alive, for cross-T0 EVs."""
@@ -99,14 +129,20 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
                                  candidate, alive_ext)
 
     def measure(spine):
-        links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
-        weights = uniform_live_split(links, alive_ext)
-        ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
-        load = link_load(ids, coef, demand, num_links + 1)
+        up, down = fabric_hops(spine)
+        fabric_ok = alive_ext[up] & alive_ext[down]
+        live = (~host_dead & fabric_ok).astype(jnp.float32)
+        rate = demand[:, None] * live / jnp.maximum(live.sum(axis=1, keepdims=True), 1.0)
+        plane_rate = per_plane_sum(rate, planes)
+        # one scatter over the 2K fabric hops and 2P NIC-port hops of every flow (the same
+        # entries as paths.clos_incidence, without building the [F, K, 4] path links)
+        ids = jnp.concatenate([up, down, host_ids], axis=1).reshape(-1)
+        values = jnp.concatenate([rate, rate, plane_rate, plane_rate], axis=1).reshape(-1)
+        load = jax.ops.segment_sum(values, ids, num_segments=num_links + 1)
         util, usable = _utilisation(load, capacity, alive)
         util_ext = jnp.concatenate([util, jnp.zeros(1)])
-        fabric_dead = cross & ~spine_alive(spine)
-        controlled = jnp.maximum(util_ext[links[..., 1]], util_ext[links[..., 2]])
+        fabric_dead = cross & ~fabric_ok
+        controlled = jnp.maximum(util_ext[up], util_ext[down])
         controlled = jnp.where(fabric_dead, jnp.inf, controlled)
         p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
         fabric_load = load[fabric_lo:fabric_hi]
@@ -137,7 +173,8 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
     def body(state):
         (spine, controlled, marked, best, since_best, it, trace, excess,
          best_spine, best_dead, best_p100, best_overload) = state
-        k_move, k_target = jax.random.split(jax.random.fold_in(key, it))
+        # one 32-bit draw per EV: the high half decides whether it moves, the low half where
+        bits = jax.random.bits(jax.random.fold_in(key, it), spine.shape, jnp.uint32)
         dead = ~jnp.isfinite(controlled)
         share_over = jnp.where(dead, 1.0,
                                (controlled - threshold) / jnp.maximum(controlled, 1e-30))
@@ -145,14 +182,14 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
         # lost packet retires it) is replaced at once
         p_move = jnp.where(marked, jnp.where(dead, 1.0, jnp.clip(damping * share_over, 0, 1)),
                            0.0)
-        move = jax.random.uniform(k_move, spine.shape) < p_move
-        # a random other spine of the same plane (slot k stays on plane k % P): the first
-        # candidate whose path is alive, else stay and retry next iteration
-        # candidates: the other spines in cyclic order from a random start (all of them when a
-        # plane has at most RETARGET_DRAWS + 1 spines), so the first is uniform over the others
+        move = (bits >> 16).astype(jnp.float32) < p_move * jnp.float32(65536.0)
+        # a random other spine of the same plane (slot k stays on plane k % P): candidates are
+        # the other spines in cyclic order from a uniform random start; the first whose path is
+        # alive is taken, else the EV stays and retries next iteration
         others = max(spines - 1, 1)
-        start = jax.random.randint(k_target, spine.shape + (1,), 0, others)
-        offsets = (start + jnp.arange(min(others, RETARGET_DRAWS))) % others
+        start = (((bits & jnp.uint32(0xFFFF)) * jnp.uint32(others)) >> 16).astype(spine.dtype)
+        offsets = (start[..., None] + jnp.arange(min(others, RETARGET_DRAWS), dtype=spine.dtype)
+                   ) % others
         candidates = (spine[..., None] + 1 + offsets) % spines
         live = spine_alive(candidates)
         first = jnp.argmax(live, axis=-1)
@@ -194,10 +231,11 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
 
 
 @functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("max_iters", "patience", "tier_bounds", "top_k"))
+                   static_argnames=("max_iters", "patience", "tier_bounds", "top_k",
+                                    "slowest_only"))
 def solve_mrc_phase(geom: ClosGeometry, src, dst, plane, spine, demand, size_bytes, flow_cap,
                     capacity, alive, key, threshold, damping, tol, eps, max_rounds, *,
-                    max_iters: int, patience: int, tier_bounds, top_k
+                    max_iters: int, patience: int, tier_bounds, top_k, slowest_only=False
                     ) -> tuple[MrcResult, PhaseResult]:
     """MRC's fixed point, then the same evaluation as every policy (loads, rates, time)."""
     mrc = mrc_fixed_point(geom, src, dst, plane, spine, demand, capacity, alive, key,
@@ -207,5 +245,5 @@ def solve_mrc_phase(geom: ClosGeometry, src, dst, plane, spine, demand, size_byt
     ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
     result = evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive,
                             eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds,
-                            top_k=top_k)
+                            top_k=top_k, slowest_only=slowest_only)
     return mrc, result

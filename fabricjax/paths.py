@@ -132,23 +132,27 @@ def clos_incidence(geom: ClosGeometry, src, dst, plane, links, weights):
     return ids.astype(jnp.int32)[:, :, None], coef
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("tier_bounds", "top_k"))
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=("tier_bounds", "top_k", "slowest_only"))
 def solve_clos_uniform_phase(geom: ClosGeometry, src, dst, plane, spine, demand, size_bytes,
                              flow_cap, capacity, alive, eps, max_rounds, *, tier_bounds,
-                             top_k) -> PhaseResult:
+                             top_k, slowest_only=False) -> PhaseResult:
     """`solver.uniform_phase` with the [F, K, H] link ids derived on the device from the
-    [F, K] slot choices (the same ids `path_set` stores; a quarter of the transfer)."""
+    [F, K] slot choices (the same ids `path_set` stores; a quarter of the transfer).
+    `slowest_only`: see `solver.evaluate_split`."""
     links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
     weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
     ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
     return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive, eps=eps,
-                          max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
+                          max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k,
+                          slowest_only=slowest_only)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=("tier_bounds", "top_k"))
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=("tier_bounds", "top_k", "slowest_only"))
 def solve_clos_weighted_phase(geom: ClosGeometry, src, dst, plane, spine, weights, demand,
                               size_bytes, flow_cap, capacity, alive, eps, max_rounds, *,
-                              tier_bounds, top_k) -> PhaseResult:
+                              tier_bounds, top_k, slowest_only=False) -> PhaseResult:
     """`solver.evaluate_split` for a given split weights[F, K] over Clos slots (e.g. the
     optimal policy's), links derived on the device. A flow whose weights sum to less than 1
     (it lost a plane) carries only that share, so its rate cap shrinks to match."""
@@ -156,4 +160,5 @@ def solve_clos_weighted_phase(geom: ClosGeometry, src, dst, plane, spine, weight
     links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine, xp=jnp)
     ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
     return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive, eps=eps,
-                          max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
+                          max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k,
+                          slowest_only=slowest_only)

@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from fabricjax.fabric import TIER_NAMES, Fabric
+from fabricjax.devices import shard_devices
 from fabricjax.failures import (STALLED_SHOWN, FailureBatch, sample_failures, sets_per_call,
                                 solve_failure_chunk, vmap_width)
 from fabricjax.scenario import FailuresConfig, Scenario
@@ -125,7 +126,7 @@ def solve_failure_sets(policy: str, scenario: Scenario, fabric: Fabric, flows, o
     one shape so that no chunk recompiles."""
     import jax
 
-    from fabricjax.analysis import TOP_LINKS, _phase_inputs, _tier_bounds
+    from fabricjax.analysis import TOP_LINKS, _phase_inputs, _tier_bounds, slowest_only
 
     g = fabric.geometry
     demand, size32, flow_cap, capacity, _, eps, max_rounds = _phase_inputs(
@@ -135,11 +136,10 @@ def solve_failure_sets(policy: str, scenario: Scenario, fabric: Fabric, flows, o
                   eps=eps, max_rounds=max_rounds)
     extra = _policy_extra(policy, scenario, fabric, flows, outcome, *stream)
     common, extra = jax.device_put((common, extra))
-    sending = flows.size[flows.size > 0]
-    slowest_only = bool(sending.size == 0 or np.all(sending == sending[0]))
     slots = extra["plane"].shape[1]
     width = vmap_width(policy, g, flows.num_flows, slots, batch.size)
-    per_call = sets_per_call(width, batch.size, scenario.failures.chunk)
+    num_devices = shard_devices(batch.size)
+    per_call = sets_per_call(width, batch.size, scenario.failures.chunk, num_devices)
     cfg = scenario.mrc
     parts = []
     for start in range(0, batch.size, per_call):   # chunks of failure sets, not flows
@@ -147,8 +147,9 @@ def solve_failure_sets(policy: str, scenario: Scenario, fabric: Fabric, flows, o
         out = solve_failure_chunk(
             policy, g, common, extra, jax.device_put(batch.take(start, stop, per_call)),
             tier_bounds=_tier_bounds(fabric), top_k=min(TOP_LINKS, fabric.num_links),
-            max_iters=cfg.max_iters, patience=cfg.patience, slowest_only=slowest_only,
-            vmap_width=width)
+            max_iters=cfg.max_iters, patience=cfg.patience,
+            slowest_only=slowest_only(scenario, flows),
+            vmap_width=width, num_devices=num_devices)
         out = jax.device_get(out)
         parts.append(type(out)(*(np.asarray(x)[: stop - start] for x in out)))
         if progress is not None:

@@ -148,11 +148,15 @@ class SolverConfig(_Strict):
 
     `eps`: progressive filling freezes every link within (1+eps) of the lowest fill level in one
     round (0 = exact). `max_rounds` bounds the rounds; hitting it is reported as a status.
-    `step_latency_us` is added once per collective step."""
+    `step_latency_us` is added once per collective step. `rates`: `auto` takes a phase's time
+    from the slowest max-min rate alone (exact, one pass) when all its flows send the same
+    bytes, and runs the full rounds otherwise; `full` always runs them (every flow's own rate,
+    `eps` and `max_rounds` apply)."""
 
     eps: float = Field(0.01, ge=0.0, le=0.5)
     max_rounds: int = Field(2000, ge=1, le=1_000_000)
     step_latency_us: float = Field(0.0, ge=0.0, le=1e6)
+    rates: Literal["auto", "full"] = "auto"
 
 
 class FailureKindConfig(_Strict):

@@ -54,12 +54,14 @@ def strict_promotion():
         yield
 
 
-def scenario_for(fabric: FabricConfig, *, eps: float = 0.0, max_rounds: int = 10_000):
-    """A minimal valid Scenario around `fabric` (solve_phase reads its solver settings)."""
+def scenario_for(fabric: FabricConfig, *, eps: float = 0.0, max_rounds: int = 10_000,
+                 rates: str = "full"):
+    """A minimal valid Scenario around `fabric` (solve_phase reads its solver settings).
+    Full max-min rounds by default: these cases compare every flow's rate."""
     return parse_scenario({
         "fabric": fabric.model_dump(),
         "workload": [{"collective": "permutation"}],
-        "solver": {"eps": eps, "max_rounds": max_rounds},
+        "solver": {"eps": eps, "max_rounds": max_rounds, "rates": rates},
     })
 
 

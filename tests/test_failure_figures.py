@@ -58,7 +58,8 @@ def _scenario(seed: int, failures: dict | None, policies=POLICIES):
         # 2 QPs per plane (so "split over its live QPs" means something); 64 EVs = 8 per plane
         # = one per spine, so plain spraying is perfectly balanced on a permutation
         "ecmp": {"qps": 2}, "spray": {"evs": 64}, "mrc": {"evs": 64},
-        "solver": {"eps": 0.0},
+        # full max-min rounds: figure 2 checks every flow's rate
+        "solver": {"eps": 0.0, "rates": "full"},
         "failures": failures,
     })
 

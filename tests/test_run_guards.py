@@ -263,7 +263,7 @@ def test_every_loop_bound_is_a_reported_status():
         "fabric": {"gpus": 64, "planes": 2, "radix": 16, "oversubscription": 3},
         "workload": [{"collective": "permutation", "size": "4MB"}],
         "policies": ["ecmp", "mrc"], "ecmp": {"qps": 1}, "mrc": {"evs": 8, "max_iters": 1},
-        "solver": {"max_rounds": 1, "eps": 0.0}})
+        "solver": {"max_rounds": 1, "eps": 0.0, "rates": "full"}})
     records = {r.policy: r for r in analyze(scenario).records}
     assert "round_limit" in records["ecmp"].status and records["ecmp"].rate_rounds == 1
     assert "iteration_cap" in records["mrc"].status and records["mrc"].iterations == 1
