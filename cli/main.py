@@ -8,6 +8,7 @@ commands so that `--help` stays instant.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -120,6 +121,10 @@ def analyze(
     device: Annotated[Optional[str], typer.Option(
         metavar="cpu|gpu", help="Where JAX computes. Default: what JAX finds (a GPU when "
         "one is installed and visible, else the CPU).")] = None,
+    devices: Annotated[Optional[int], typer.Option(
+        metavar="N", help="Shard the failure sets over N devices: the first N GPUs, or "
+        "on the CPU N virtual devices that run sets side by side on separate cores. Default: "
+        "every GPU found, one CPU device.")] = None,
     max_memory: Annotated[Optional[str], typer.Option(
         metavar="SIZE", help="Refuse, before computing, a scenario whose estimated peak "
         "memory exceeds SIZE (e.g. 8GiB). Default: the memory available now.")] = None,
@@ -139,7 +144,7 @@ def analyze(
         config = _load(scenario, policies=policy, seed=seed, failures=failures)
     limit = _memory_limit(max_memory)
     _check_output(json_path, "--json", scenario)
-    _select_device(device)
+    _select_device(device, devices)
     from fabricjax.errors import ScenarioError
     from fabricjax.memory import available_memory, check_memory
 
@@ -149,12 +154,18 @@ def analyze(
                      "--max-memory overrides")
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
+    # While computing, Ctrl-C exits at once from a signal handler: a KeyboardInterrupt raised
+    # inside a callback (JAX's garbage-collection hook) is printed and swallowed by Python,
+    # and the run would go on to write its report.
+    previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
     try:
         report = _run_analysis(config, quiet, trace)
     except KeyboardInterrupt:
         _interrupted()
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     from fabricjax.output import write_json_atomic
     from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, report_dict,
                                   time_table, trace_lines, utilisation_table)
@@ -198,16 +209,25 @@ def _memory_limit(text: Optional[str]) -> Optional[int]:
         _fail(f"--max-memory: expected {SIZE_HELP}, got {text!r}")
 
 
-def _select_device(name: Optional[str]) -> None:
-    """Pin JAX to `name` before it starts a backend (jax_platforms); fail when it is absent."""
-    if name is None:
-        return
-    from fabricjax.devices import DeviceError, select_device
+def _select_device(name: Optional[str], count: Optional[int]) -> None:
+    """Pin JAX to `name` and ask for `count` devices before it starts a backend; fail when
+    they are absent."""
+    from fabricjax.devices import DeviceError, check_devices, request_devices, select_device
 
+    if count is not None:
+        try:
+            request_devices(count)
+        except DeviceError as error:
+            _fail(f"--devices: {error}")
+    if name is not None:
+        try:
+            select_device(name)
+        except DeviceError as error:
+            _fail(f"--device: {error}")
     try:
-        select_device(name)
+        check_devices()
     except DeviceError as error:
-        _fail(f"--device: {error}")
+        _fail(f"--devices: {error}")
 
 
 def _run_analysis(config, quiet: bool, trace: bool):

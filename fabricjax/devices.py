@@ -7,6 +7,8 @@ accelerator untouched; `gpu` fails with a clear message when no GPU is visible t
 
 from __future__ import annotations
 
+import os
+
 DEVICES = ("cpu", "gpu")
 _device_limit: int | None = None     # --devices N: shard over at most N devices
 
@@ -53,8 +55,32 @@ def limit_devices(count: int | None) -> None:
     """Shard batched work over at most `count` devices (None: every device found)."""
     global _device_limit
     if count is not None and count < 1:
-        raise DeviceError(f"--devices must be at least 1, got {count}")
+        raise DeviceError(f"must be at least 1, got {count}")
     _device_limit = count
+
+
+def request_devices(count: int) -> None:
+    """Use `count` devices for batched work. Call before JAX starts a backend: on the CPU it
+    asks XLA for `count` virtual host devices (XLA_FLAGS, unless the caller set that flag),
+    which lets failure sets run side by side on separate cores (scatters run on one core
+    each); on a GPU node it takes the first `count` GPUs. `check_devices` verifies."""
+    limit_devices(count)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+
+
+def check_devices() -> None:
+    """A DeviceError when fewer devices are visible than `request_devices` asked for."""
+    import jax
+
+    if _device_limit is None:
+        return
+    platform = current_device().platform
+    found = len(jax.devices(platform))
+    if found < _device_limit:
+        raise DeviceError(f"{_device_limit} devices asked for, {found} {platform} device"
+                          f"{'s are' if found != 1 else ' is'} visible; allowed: 1..{found}")
 
 
 def compute_devices() -> list:

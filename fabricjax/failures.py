@@ -372,7 +372,8 @@ def rehash_dead_slots(geom: ClosGeometry, src, dst, plane, spine, alive_ext, key
 class SetOutcome(NamedTuple):
     """One phase under one policy and one failure set (a leading [B] axis when batched)."""
 
-    stats: jax.Array          # float[1 + tiers, 3] utilisation P50/P99/P100 (alive links)
+    stats: jax.Array          # float[1 + tiers, 1] utilisation P100 (alive links), all links
+                              # then per tier: what failure records report
     top_links: jax.Array      # int32[top_k]
     top_util: jax.Array       # float[top_k]
     phase_time: jax.Array     # float: slowest flow that still has a path (s)
@@ -435,7 +436,8 @@ def _one_set(policy: str, geom: ClosGeometry, common: dict, extra: dict, item, *
     ids, coef = clos_incidence(geom, src, dst, plane, links, weights)
     result = evaluate_split(ids, coef, demand, size, flow_cap, capacity, alive,
                             eps=common["eps"], max_rounds=common["max_rounds"],
-                            tier_bounds=tier_bounds, top_k=top_k, slowest_only=slowest_only)
+                            tier_bounds=tier_bounds, top_k=top_k, slowest_only=slowest_only,
+                            p100_only=True)
     stalled_mask = sending & (result.rates <= 0)
     (stalled_flows,) = jnp.nonzero(stalled_mask, size=STALLED_SHOWN, fill_value=-1)
     min_rate = jnp.min(jnp.where(sending & ~stalled_mask, result.rates, jnp.inf))

@@ -75,6 +75,25 @@ def _utilisation(load, capacity, alive):
 RETARGET_DRAWS = 2  # candidate spines tried per moving EV; the first live one is taken
 
 
+def _fmix32(x):
+    """MurmurHash3's 32-bit finaliser: a bijection of uint32 with full avalanche."""
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = x * jnp.uint32(0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def hash_bits(index, seed_words, iteration):
+    """uint32 random bits per entry of `index` (distinct uint32 counters) for one iteration:
+    a counter-based hash of (counter, iteration, two key words). The loop's swaps need one
+    draw per EV per iteration; threefry (`jax.random.bits`) took 7-8 ms for 1M draws on the
+    2-core CPU, this 0.7 ms, and its output passes as uniform for a damping coin and a spine
+    offset. Distinct counters give distinct bits within an iteration (a bijection)."""
+    salt = _fmix32(iteration.astype(jnp.uint32) * jnp.uint32(0x9E3779B9) ^ seed_words[1])
+    return _fmix32((index * jnp.uint32(0x9E3779B9)) ^ salt ^ seed_words[0])
+
+
 def per_plane_sum(values, planes: int):
     """float[F, P]: the sum of values[F, K] over the slots of each plane (slot k on plane
     k % P), by a reshape instead of a scatter (K is padded up to a multiple of P)."""
@@ -119,7 +138,6 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
     # an EV whose NIC port (either end) is dead is retired for good: no spine of its plane
     # can carry it, so it is never marked and never moves
     host_dead = ~jnp.take(host_ok, jnp.arange(num_slots) % planes, axis=1)  # [F, K]
-    host_ids = jnp.concatenate([host_up, host_down], axis=1)
 
     def spine_alive(candidate):
         """Whether the fabric hops of (plane, candidate spine) are alive, for cross-T0 EVs."""
@@ -134,11 +152,11 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
         live = (~host_dead & fabric_ok).astype(jnp.float32)
         rate = demand[:, None] * live / jnp.maximum(live.sum(axis=1, keepdims=True), 1.0)
         plane_rate = per_plane_sum(rate, planes)
-        # one scatter over the 2K fabric hops and 2P NIC-port hops of every flow (the same
-        # entries as paths.clos_incidence, without building the [F, K, 4] path links)
-        ids = jnp.concatenate([up, down, host_ids], axis=1).reshape(-1)
-        values = jnp.concatenate([rate, rate, plane_rate, plane_rate], axis=1).reshape(-1)
-        load = jax.ops.segment_sum(values, ids, num_segments=num_links + 1)
+        # loads over the 2K fabric hops and 2P NIC-port hops of every flow (the entries of
+        # paths.clos_incidence, without building the [F, K, 4] path links)
+        # (four scatters: measured 2x faster than one over the concatenated entries)
+        load = (jnp.zeros(num_links + 1, jnp.float32).at[up].add(rate).at[down].add(rate)
+                .at[host_up].add(plane_rate).at[host_down].add(plane_rate))
         util, usable = _utilisation(load, capacity, alive)
         util_ext = jnp.concatenate([util, jnp.zeros(1)])
         fabric_dead = cross & ~fabric_ok
@@ -156,6 +174,8 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
         dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)
         return controlled, marked, p100, overload, dead_evs
 
+    ev_index = jnp.arange(num_flows * num_slots, dtype=jnp.uint32).reshape(spine.shape)
+    seed_words = jax.random.bits(key, (2,), jnp.uint32)
     controlled0, marked0, p100_0, overload0, dead0 = measure(spine)
     trace0 = jnp.full(max_iters + 1, p100_0, jnp.float32)
     excess0 = jnp.full(max_iters + 1, overload0, jnp.float32)
@@ -174,7 +194,7 @@ def mrc_fixed_point(geom: ClosGeometry, src, dst, plane, spine, demand, capacity
         (spine, controlled, marked, best, since_best, it, trace, excess,
          best_spine, best_dead, best_p100, best_overload) = state
         # one 32-bit draw per EV: the high half decides whether it moves, the low half where
-        bits = jax.random.bits(jax.random.fold_in(key, it), spine.shape, jnp.uint32)
+        bits = hash_bits(ev_index, seed_words, it)
         dead = ~jnp.isfinite(controlled)
         share_over = jnp.where(dead, 1.0,
                                (controlled - threshold) / jnp.maximum(controlled, 1e-30))

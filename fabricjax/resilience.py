@@ -169,10 +169,10 @@ def _collective_sets(policy: str, collective: Collective, results: list, fabric:
     cfg = scenario.failures
     latency = scenario.solver.step_latency_us * 1e-6
     B = batch.size
-    p100 = np.stack([r.stats[:, 0, 2] for r in results], axis=1)          # [B, phases]
+    p100 = np.stack([r.stats[:, 0, -1] for r in results], axis=1)          # [B, phases]
     busiest = np.argmax(p100, axis=1)
     rows = np.arange(B)
-    stats = np.stack([r.stats for r in results], axis=1)[rows, busiest]    # [B, 5, 3]
+    stats = np.stack([r.stats for r in results], axis=1)[rows, busiest]    # [B, 5, 1]
     top_links = np.stack([r.top_links for r in results], axis=1)[rows, busiest]
     top_util = np.stack([r.top_util for r in results], axis=1)[rows, busiest]
     stalled = sum(r.stalled.astype(np.int64) for r in results)
@@ -222,8 +222,8 @@ def _collective_sets(policy: str, collective: Collective, results: list, fabric:
             "workload": collective.name,
             "failure_set": b,
             "components": batch.names[b],
-            "p100_utilisation": float(stats[b, 0, 2]),
-            "p100_by_tier": {t: float(stats[b, i + 1, 2]) for i, t in enumerate(TIER_NAMES)},
+            "p100_utilisation": float(stats[b, 0, -1]),
+            "p100_by_tier": {t: float(stats[b, i + 1, -1]) for i, t in enumerate(TIER_NAMES)},
             "p100_link": names[b],
             "completion_s": float(completion[b]) if finished[b] else None,
             "slowdown": float(slowdown[b]) if finished[b] and ideal_s > 0 else None,
@@ -236,7 +236,7 @@ def _collective_sets(policy: str, collective: Collective, results: list, fabric:
             "gpu_seconds_lost": float(lost[b]) if window is not None else None,
         })
     # worst: a set that stalls flows beats any finite time; then the slowest, then P100
-    order = np.lexsort((stats[:, 0, 2], np.nan_to_num(completion, nan=np.inf), stalled))
+    order = np.lexsort((stats[:, 0, -1], np.nan_to_num(completion, nan=np.inf), stalled))
     worst = int(order[-1])
     counts = collections.Counter(n for n in names if n is not None)
     seen = sorted({records[b]["status"] for b in range(B)})
@@ -244,7 +244,7 @@ def _collective_sets(policy: str, collective: Collective, results: list, fabric:
         policy=policy,
         workload=collective.name,
         sets=B,
-        p100_utilisation=_distribution(stats[:, 0, 2]),
+        p100_utilisation=_distribution(stats[:, 0, -1]),
         completion_s=_distribution(completion),
         slowdown=_distribution(slowdown),
         stalled_sets=int(np.sum(~finished)),

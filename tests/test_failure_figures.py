@@ -508,7 +508,7 @@ def test_ecmp_reconverged_loads_match_plain_python_rehash(failures):
     starts, sizes = g.tier_starts, g.tier_sizes
     expected = [_quantiles(util[alive_ref])] + [
         _quantiles(util[a:a + n][alive_ref[a:a + n]]) for a, n in zip(starts, sizes)]
-    assert_close(out.stats[0], np.stack(expected), dtype=np.float32)
+    assert_close(out.stats[0], np.stack(expected)[:, -1:], dtype=np.float32)   # P100s
     p100 = float(util[alive_ref].max())
     assert util[int(out.top_links[0, 0])] == pytest.approx(p100, rel=1e-5)
     assert alive_ref[int(out.top_links[0, 0])]

@@ -172,15 +172,15 @@ def test_report_records_versions_seed_and_device(failing_reports):
 def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
     """SIGINT in the middle of a failure study (many device calls): exit 130, one short
     line, no report and no temporary file."""
-    text = FAILING.replace("samples: 8", "samples: 4000").replace(
+    text = FAILING.replace("samples: 8", "samples: 400000").replace(
         "policies: [ecmp, spray, mrc, optimal]", "policies: [spray]")
     (tmp_path / "f.yaml").write_text(text)
     (tmp_path / "keep.json").write_text("{}\n")
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "analyze", "f.yaml", "--json",
                              "keep.json"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    # ~10 s in, the run is past JAX's start and inside the 4,000 failure sets (minutes of
-    # work); an interrupt during start-up takes the same exit path
+    # ~10 s in, the run is past JAX's start, drawing or solving the 400,000 failure sets
+    # (minutes of work); an interrupt during start-up takes the same exit path
     time.sleep(10)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)

@@ -36,7 +36,7 @@ def _scenario(gpus: int, radix: int, planes: int, rates: str, seed: int, workloa
                            "solver": {"eps": 0.0, "rates": rates}})
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 10_000), policy=st.sampled_from(["ecmp", "spray", "mrc", "optimal"]),
        which=st.sampled_from([0, 1, 2]), dead=st.integers(0, 6))
 def test_auto_rates_give_the_full_max_min_phase_time(seed, policy, which, dead):
@@ -111,11 +111,11 @@ def _run_sharded(devices: int, policies: str) -> dict:
 @pytest.mark.parametrize("policies", ["ecmp,spray,optimal", pytest.param("mrc",
                                                                            marks=pytest.mark.slow)])
 def test_failure_sets_sharded_over_devices_match_one_device(policies):
-    """7 sets in chunks of 4 over 1, 2 and 4 virtual CPU devices (so chunks are padded and a
-    device can get only padding): the same records, byte for byte (optimal: to rounding)."""
+    """7 sets in chunks of 4 (rounded up to 6) over 1 and 3 virtual CPU devices (so chunks are
+    padded and a device can get only padding): the same records, byte for byte (optimal: to rounding)."""
     one = _run_sharded(1, policies)
     assert one["devices"] == 1
-    for devices in (2, 4):
+    for devices in (3,):
         many = _run_sharded(devices, policies)
         assert many["devices"] == devices
         assert len(many["records"]) == len(one["records"])
