@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow fuzz bench bench-failures bench-memory clean
+.PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_foundation.py
+
+# issue 7's suite: 1k to 131k GPUs, every policy, one table (about 30 minutes on 2 cores)
+bench-scale: $(STAMP)
+	$(BIN)/python bench/bench_scale.py | tee bench/scale_last_run.log
 
 bench-failures: $(STAMP)
 	$(BIN)/python bench/bench_failures.py

@@ -1,6 +1,6 @@
 """Benchmark suite for scale (issue 7): one command, one table, each case in a fresh process.
 
-    .venv/bin/python bench/bench_scale.py                 # 1k, 8k, 32k, 131k (about 30 min, 2 cores)
+    .venv/bin/python bench/bench_scale.py                 # 1k to 131k (about 30 min on 2 cores)
     .venv/bin/python bench/bench_scale.py --sizes 1k,8k   # a subset
     .venv/bin/python bench/bench_scale.py --target        # only the 131k three-policy target run
 
@@ -16,7 +16,9 @@ planes of 100G; radix 64, 128, 256 and 512 for 1,024, 8,192, 32,768 and 131,072 
   * full max-min: the same with `solver.rates: full` (every flow's own rate, all rounds),
     the work the numpy reference does, for a like-for-like ratio;
   * mrc iteration: (21 - 1 iterations) / 20 inside one jitted loop, threshold 0 so that
-    every iteration runs in full;
+    every iteration runs in full; and against memory: the bytes an iteration moves (a model,
+    MRC_BYTES_PER_EV per EV) at the device's measured streaming bandwidth (a jitted pass over
+    512 MiB), i.e. how far the iteration is from memory-bound;
   * failure sets/s: sets as in scenarios/failures.yaml (4 cables, 1 T1, 2 NIC ports, 2 degraded
     cables) after a compiling first chunk, default `mrc.patience`;
   * reference: the plain numpy/networkx reference (bench/numpy_reference.py) on the same draws:
@@ -100,6 +102,29 @@ def mrc_iteration_s(scenario, fabric, flows) -> float:
     return (run(21) - run(1)) / 20
 
 
+# Bytes one mrc iteration moves per EV, following its data flow (mrc.py): read the spine and
+# the two hop bases (12), write the new spine (4), gather liveness of both hops (2), the scatter
+# reads its values (4) and read-modify-writes two loads (16), gather utilisation of both hops
+# (8), carry controlled + marked to the next iteration (10), select the best EV set (8), and
+# the swap's coin and target arithmetic (8). Per link: zero the loads, read loads, capacity and
+# liveness, write utilisation (about 20). A model, not a trace: compare it across devices.
+MRC_BYTES_PER_EV = 72
+MRC_BYTES_PER_LINK = 20
+
+
+def stream_bandwidth() -> float:
+    """Bytes per second of a jitted read-one-write-one pass over 512 MiB of float32 (the
+    device's practical peak for streaming work, measured, best of 5)."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones(2**27, jnp.float32)
+    step = jax.jit(lambda v: v * 1.000001 + 1.0)
+    step(x).block_until_ready()
+    best = min(_timed(lambda: step(x).block_until_ready())[0] for _ in range(5))
+    return 2 * x.nbytes / best
+
+
 def reference_row(policy: str, scenario, fabric, flows, outcome) -> dict:
     import numpy_reference as ref
 
@@ -166,6 +191,11 @@ def one_case(size: str, policy: str, sets: int, max_ref_gpus: int) -> dict:
         row["auto_min_rate"] = float(np.min(first.result.rates))
     if policy == "mrc":
         row["mrc_iteration_s"] = mrc_iteration_s(scenario, fabric, flows)
+        row["mrc_bytes_per_iteration"] = (MRC_BYTES_PER_EV * flows.num_flows * first.slots +
+                                          MRC_BYTES_PER_LINK * (fabric.num_links + 1))
+        row["stream_bytes_per_s"] = stream_bandwidth()
+        row["mrc_vs_memory_bound"] = row["mrc_iteration_s"] / (
+            row["mrc_bytes_per_iteration"] / row["stream_bytes_per_s"])
     if sets:
         batch = sample_failures(scenario)
         head = batch._replace(**{k: getattr(batch, k)[:16] for k in batch._fields})
@@ -201,8 +231,8 @@ def target_run() -> dict:
         report = json.loads((Path(tmp) / "out.json").read_text())
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     return {"wall_s": wall, "peak_rss_gib": peak,
-            "p100": {r["policy"]: r["p100_utilisation"] for r in report["records"]},
-            "mrc_iterations": next(r["iterations"] for r in report["records"]
+            "p100": {r["policy"]: r["p100_utilisation"] for r in report["results"]},
+            "mrc_iterations": next(r["iterations"] for r in report["results"]
                                    if r["policy"] == "mrc")}
 
 
@@ -220,17 +250,18 @@ def machine() -> str:
             f"{jax.devices()[0].platform}, numpy {np.__version__}")
 
 
-def _fmt(value, unit="s", digits=2) -> str:
-    if value is None:
+def _mrc_cell(r) -> str:
+    if "mrc_iteration_s" not in r:
         return "—"
-    if unit == "ms":
-        return f"{value * 1e3:.{digits}f} ms"
-    return f"{value:.{digits}f} {unit}".rstrip()
+    return (f"{r['mrc_iteration_s'] * 1e3:.1f} ms ({r['mrc_vs_memory_bound']:.1f}x of "
+            f"{r['mrc_bytes_per_iteration'] / 1e6:.0f} MB at "
+            f"{r['stream_bytes_per_s'] / 1e9:.1f} GB/s)")
 
 
 def markdown(rows) -> str:
     lines = ["| GPUs | policy | flows x slots | first result | evaluation | full max-min "
-             "(rounds) | mrc iteration | failure sets/s | peak memory | reference | ratio |",
+             "(rounds) | mrc iteration (x memory-bound) | failure sets/s | peak memory | "
+             "reference | ratio |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         full = (f"{r['eval_full_s']:.3f} s ({r['full_rounds']})" if "eval_full_s" in r
@@ -248,7 +279,7 @@ def markdown(rows) -> str:
         lines.append(
             f"| {r['gpus']:,} | {r['policy']} | {r['flows'] * r['slots']:,} | "
             f"{r['first_result_s']:.1f} s | {r['eval_s']:.3f} s | {full} | "
-            f"{_fmt(r.get('mrc_iteration_s'), 'ms', 1)} | {sets} | "
+            f"{_mrc_cell(r)} | {sets} | "
             f"{r['peak_rss_gib']:.2f} GiB | {ref} | {ratio} |")
     return "\n".join(lines)
 

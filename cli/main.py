@@ -125,6 +125,12 @@ def analyze(
         metavar="N", help="Shard the failure sets over N devices: the first N GPUs, or "
         "on the CPU N virtual devices that run sets side by side on separate cores. Default: "
         "every GPU found, one CPU device.")] = None,
+    distributed: Annotated[bool, typer.Option(
+        "--distributed", help="Join a multi-process run (one process per host): every process "
+        "runs the same command, the failure sets are sharded over all their devices, and "
+        "process 0 prints and writes the report. The coordinator, process count and id come "
+        "from SLURM or Open MPI, or from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
+        "JAX_PROCESS_ID.")] = False,
     max_memory: Annotated[Optional[str], typer.Option(
         metavar="SIZE", help="Refuse, before computing, a scenario whose estimated peak "
         "memory exceeds SIZE (e.g. 8GiB). Default: the memory available now.")] = None,
@@ -144,7 +150,8 @@ def analyze(
         config = _load(scenario, policies=policy, seed=seed, failures=failures)
     limit = _memory_limit(max_memory)
     _check_output(json_path, "--json", scenario)
-    _select_device(device, devices)
+    _select_device(device, devices, distributed)
+    from fabricjax.devices import is_leader
     from fabricjax.errors import ScenarioError
     from fabricjax.memory import available_memory, check_memory
 
@@ -159,13 +166,15 @@ def analyze(
     # and the run would go on to write its report.
     previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
     try:
-        report = _run_analysis(config, quiet, trace)
+        report = _run_analysis(config, quiet or not is_leader(), trace)
     except KeyboardInterrupt:
         _interrupted()
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
     finally:
         signal.signal(signal.SIGINT, previous)
+    if not is_leader():   # a distributed run's other processes computed their share; done
+        return
     from fabricjax.output import write_json_atomic
     from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, report_dict,
                                   time_table, trace_lines, utilisation_table)
@@ -209,16 +218,22 @@ def _memory_limit(text: Optional[str]) -> Optional[int]:
         _fail(f"--max-memory: expected {SIZE_HELP}, got {text!r}")
 
 
-def _select_device(name: Optional[str], count: Optional[int]) -> None:
-    """Pin JAX to `name` and ask for `count` devices before it starts a backend; fail when
-    they are absent."""
-    from fabricjax.devices import DeviceError, check_devices, request_devices, select_device
+def _select_device(name: Optional[str], count: Optional[int], distributed: bool) -> None:
+    """Pin JAX to `name`, ask for `count` devices and join a distributed run before JAX starts
+    a backend; fail when they are absent."""
+    from fabricjax.devices import (DeviceError, check_devices, init_distributed,
+                                   request_devices, select_device)
 
     if count is not None:
         try:
             request_devices(count)
         except DeviceError as error:
             _fail(f"--devices: {error}")
+    if distributed:
+        try:
+            init_distributed(*_distributed_env())
+        except DeviceError as error:
+            _fail(f"--distributed: {error}")
     if name is not None:
         try:
             select_device(name)
@@ -228,6 +243,22 @@ def _select_device(name: Optional[str], count: Optional[int]) -> None:
         check_devices()
     except DeviceError as error:
         _fail(f"--devices: {error}")
+
+
+def _distributed_env() -> tuple:
+    """(coordinator, processes, process id) from the environment; None where unset (JAX then
+    asks the cluster: SLURM, Open MPI)."""
+    values = []
+    for name in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        text = os.environ.get(name)
+        if text is None:
+            values.append(None)
+            continue
+        try:
+            values.append(int(text))
+        except ValueError:
+            _fail(f"--distributed: {name} must be an integer, got {_printable(text)!r}")
+    return (os.environ.get("JAX_COORDINATOR_ADDRESS"), *values)
 
 
 def _run_analysis(config, quiet: bool, trace: bool):

@@ -84,15 +84,77 @@ def check_devices() -> None:
 
 
 def compute_devices() -> list:
-    """The devices batched work is sharded over: every device of the current platform (all
-    the GPUs of a node; on a CPU one device unless XLA_FLAGS asks for virtual host devices),
-    at most `limit_devices`' count, the default device first."""
+    """The devices batched work is sharded over, in JAX's global order (the same list in every
+    process of a distributed run): every device of the current platform (all the GPUs of a
+    node, or of every host after `init_distributed`; on a CPU one device unless XLA_FLAGS asks
+    for virtual host devices), at most `limit_devices`' count."""
     import jax
 
-    device = current_device()
-    found = jax.devices(device.platform)
-    ordered = [device] + [d for d in found if d != device]
-    return ordered[:_device_limit] if _device_limit is not None else ordered
+    found = jax.devices(current_device().platform)
+    return found[:_device_limit] if _device_limit is not None else found
+
+
+def device_mesh(count: int):
+    """A one-axis mesh ("sets") over the first `count` compute devices."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    return Mesh(np.asarray(compute_devices()[:count]), ("sets",))
+
+
+def place(tree, mesh=None, *, replicated: bool = False):
+    """Host arrays onto the device(s): the default device without a mesh; with one, as global
+    arrays, replicated or split along their first axis over the mesh. Valid in every process
+    of a distributed run: each process supplies the pieces its own devices hold, from host
+    arrays that are the same in every process (they are drawn from the same seeds)."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if mesh is None:
+        return jax.device_put(tree)
+    spec = PartitionSpec() if replicated else PartitionSpec(mesh.axis_names[0])
+    sharding = NamedSharding(mesh, spec)
+
+    def one(value):
+        value = np.asarray(value)
+        return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+    return jax.tree.map(one, tree)
+
+
+def fetch(tree):
+    """Device results as host numpy, gathered from every process in a distributed run."""
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def init_distributed(coordinator: str | None = None, num_processes: int | None = None,
+                     process_id: int | None = None) -> None:
+    """Join a multi-process run (one process per host, or per GPU) before any backend starts:
+    `jax.distributed.initialize`, which finds the coordinator, process count and id itself
+    under SLURM or Open MPI, or takes them explicitly. Every process then sees every process's
+    devices in `compute_devices`; CPU processes exchange results over gloo."""
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(coordinator_address=coordinator,
+                                   num_processes=num_processes, process_id=process_id)
+    except (RuntimeError, ValueError) as error:
+        raise DeviceError(f"could not join the distributed run: {error}") from None
+
+
+def is_leader() -> bool:
+    """Whether this process reports (process 0; always true outside a distributed run)."""
+    import jax
+
+    return jax.process_index() == 0
 
 
 def shard_devices(batch: int) -> int:
@@ -107,4 +169,4 @@ def device_record() -> dict:
     device = current_device()
     return {"device": str(device.platform), "device_kind": str(device.device_kind),
             "device_count": len(jax.devices(device.platform)),
-            "devices_used": len(compute_devices())}
+            "devices_used": len(compute_devices()), "processes": jax.process_count()}

@@ -420,12 +420,14 @@ def _one_set(policy: str, geom: ClosGeometry, common: dict, extra: dict, item, *
         plane, spine = extra["plane"], extra["spine"]
         affected = _affected(geom, src, dst, plane, spine, alive_ext, sending)
         if policy == "ecmp":
-            spine = rehash_dead_slots(geom, src, dst, plane, spine, alive_ext, extra["key"])
+            spine = rehash_dead_slots(geom, src, dst, plane, spine, alive_ext,
+                                      jax.random.wrap_key_data(extra["key"]))
         elif policy == "mrc":
             from fabricjax.mrc import mrc_fixed_point
 
             mrc = mrc_fixed_point(geom, src, dst, plane, spine, demand, capacity, alive,
-                                  extra["key"], extra["threshold"], extra["damping"],
+                                  jax.random.wrap_key_data(extra["key"]), extra["threshold"],
+                                  extra["damping"],
                                   extra["tol"], max_iters=max_iters, patience=patience)
             spine = mrc.spine
             iterations, adapt_status, residual = mrc.iterations, mrc.status, mrc.residual
@@ -453,22 +455,23 @@ def _one_set(policy: str, geom: ClosGeometry, common: dict, extra: dict, item, *
 
 @functools.partial(jax.jit, static_argnums=(0, 1),
                    static_argnames=("tier_bounds", "top_k", "max_iters", "patience",
-                                    "slowest_only", "vmap_width", "num_devices"))
+                                    "slowest_only", "vmap_width", "mesh"))
 def solve_failure_chunk(policy: str, geom: ClosGeometry, common: dict, extra: dict, chunk, *,
                         tier_bounds, top_k, max_iters=1, patience=1, slowest_only=False,
-                        vmap_width=1, num_devices=1) -> SetOutcome:
+                        vmap_width=1, mesh=None) -> SetOutcome:
     """`policy`'s steady state and transient exposure for every failure set of `chunk`
     (dead_links, dead_nodes, degraded_links, degraded_factor, each with a leading [C] axis) in
     one call: `vmap_width` sets at a time are vmapped, the groups run one after another
     (`lax.map`), so memory stays bounded while a chunk amortises the dispatch.
     `common`: src, dst, demand, size, flow_cap, capacity, link_src, link_dst, eps, max_rounds;
-    `extra`: the policy's pre-failure slots (plane, spine) and options. `slowest_only`: the
-    flows all send the same bytes, so the phase time needs only the slowest rate (exact).
+    `extra`: the policy's pre-failure slots (plane, spine) and options (PRNG keys as raw key
+    data). `slowest_only`: the flows all send the same bytes, so the phase time needs only the
+    slowest rate (exact).
 
-    `num_devices` > 1 shards the chunk's sets over the first `num_devices` devices of the
-    default backend (`shard_map` over a one-axis mesh; C must be a multiple of it): each
-    device runs the same per-set program on its share, `common` and `extra` are replicated, and
-    no device talks to another, so a set's outcome does not depend on the device count."""
+    `mesh` (a one-axis "sets" mesh, `devices.device_mesh`) shards the chunk's sets over its
+    devices (`shard_map`; C must be a multiple of the mesh size): each device runs the same
+    per-set program on its share, `common` and `extra` are replicated, and no device talks to
+    another, so a set's outcome does not depend on the device count."""
     def run(common, extra, sets):
         one = functools.partial(_one_set, policy, geom, common, extra, tier_bounds=tier_bounds,
                                 top_k=top_k, max_iters=max_iters, patience=patience,
@@ -477,13 +480,10 @@ def solve_failure_chunk(policy: str, geom: ClosGeometry, common: dict, extra: di
             return jax.lax.map(one, sets)
         return jax.lax.map(one, sets, batch_size=vmap_width)
 
-    if num_devices <= 1:
+    if mesh is None:
         return run(common, extra, chunk)
-    from jax.sharding import Mesh, PartitionSpec
+    from jax.sharding import PartitionSpec
 
-    from fabricjax.devices import compute_devices
-
-    mesh = Mesh(np.asarray(compute_devices()[:num_devices]), ("sets",))
     sharded = jax.shard_map(run, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec(),
                                                       PartitionSpec("sets")),
                             out_specs=PartitionSpec("sets"), check_vma=False)

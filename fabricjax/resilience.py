@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from fabricjax.fabric import TIER_NAMES, Fabric
-from fabricjax.devices import shard_devices
+from fabricjax.devices import device_mesh, fetch, place, shard_devices
 from fabricjax.failures import (STALLED_SHOWN, FailureBatch, sample_failures, sets_per_call,
                                 solve_failure_chunk, vmap_width)
 from fabricjax.scenario import FailuresConfig, Scenario
@@ -108,11 +108,15 @@ def _policy_extra(policy: str, scenario: Scenario, fabric: Fabric, flows, outcom
                     max_iters=np.int32(scenario.optimal.max_iters),
                     tol=np.float32(scenario.optimal.tol))
     extra = dict(plane=outcome.plane, spine=outcome.spine)
+    import jax
+
     if policy == "ecmp":   # the switches' hash for re-hashing: fixed per flow, not per set
-        extra["key"] = phase_key(scenario.seed, item, index, _POLICY_STREAM["ecmp"])
+        extra["key"] = jax.random.key_data(phase_key(scenario.seed, item, index,
+                                                     _POLICY_STREAM["ecmp"]))
     if policy == "mrc":
         cfg = scenario.mrc
-        extra.update(key=phase_key(scenario.seed, item, index, _POLICY_STREAM["mrc"]),
+        extra.update(key=jax.random.key_data(phase_key(scenario.seed, item, index,
+                                                       _POLICY_STREAM["mrc"])),
                      threshold=np.float32(cfg.threshold), damping=np.float32(cfg.damping),
                      tol=np.float32(cfg.tol))
     return extra
@@ -124,7 +128,6 @@ def solve_failure_sets(policy: str, scenario: Scenario, fabric: Fabric, flows, o
     """Every failure set of `batch` under `policy` for one phase: SetOutcome of numpy arrays
     with a leading [B] axis. One compiled function per (policy, phase shape), chunks padded to
     one shape so that no chunk recompiles."""
-    import jax
 
     from fabricjax.analysis import TOP_LINKS, _phase_inputs, _tier_bounds, slowest_only
 
@@ -135,22 +138,23 @@ def solve_failure_sets(policy: str, scenario: Scenario, fabric: Fabric, flows, o
                   capacity=capacity, link_src=fabric.link_src, link_dst=fabric.link_dst,
                   eps=eps, max_rounds=max_rounds)
     extra = _policy_extra(policy, scenario, fabric, flows, outcome, *stream)
-    common, extra = jax.device_put((common, extra))
     slots = extra["plane"].shape[1]
     width = vmap_width(policy, g, flows.num_flows, slots, batch.size)
     num_devices = shard_devices(batch.size)
+    mesh = device_mesh(num_devices) if num_devices > 1 else None
+    common, extra = place((common, extra), mesh, replicated=True)
     per_call = sets_per_call(width, batch.size, scenario.failures.chunk, num_devices)
     cfg = scenario.mrc
     parts = []
     for start in range(0, batch.size, per_call):   # chunks of failure sets, not flows
         stop = min(start + per_call, batch.size)
         out = solve_failure_chunk(
-            policy, g, common, extra, jax.device_put(batch.take(start, stop, per_call)),
+            policy, g, common, extra, place(batch.take(start, stop, per_call), mesh),
             tier_bounds=_tier_bounds(fabric), top_k=min(TOP_LINKS, fabric.num_links),
             max_iters=cfg.max_iters, patience=cfg.patience,
             slowest_only=slowest_only(scenario, flows),
-            vmap_width=width, num_devices=num_devices)
-        out = jax.device_get(out)
+            vmap_width=width, mesh=mesh)
+        out = fetch(out)
         parts.append(type(out)(*(np.asarray(x)[: stop - start] for x in out)))
         if progress is not None:
             progress(stop - start)

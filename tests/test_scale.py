@@ -112,7 +112,8 @@ def _run_sharded(devices: int, policies: str) -> dict:
                                                                            marks=pytest.mark.slow)])
 def test_failure_sets_sharded_over_devices_match_one_device(policies):
     """7 sets in chunks of 4 (rounded up to 6) over 1 and 3 virtual CPU devices (so chunks are
-    padded and a device can get only padding): the same records, byte for byte (optimal: to rounding)."""
+    padded and a device can get only padding): the same records, byte for byte (optimal: to
+    rounding)."""
     one = _run_sharded(1, policies)
     assert one["devices"] == 1
     for devices in (3,):
@@ -138,3 +139,56 @@ def assert_records_close(a, b, rtol=1e-5):
             assert_records_close(x, y, rtol)
         elif key != "p100_link":     # a tie between equally loaded links may break either way
             assert x == y, key
+
+
+DIST_SCENARIO = """
+name: dist
+seed: 3
+fabric: {gpus: 64, planes: 2, radix: 16}
+workload:
+  - {collective: permutation, size: 64MiB}
+policies: [ecmp, spray, mrc]
+spray: {evs: 8}
+mrc: {evs: 8}
+failures: {samples: 6, links: {random: 2}, nic_ports: {random: 1}, chunk: 4}
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def test_distributed_run_over_two_processes_matches_one(tmp_path):
+    """`analyze --distributed` as two CPU processes (a coordinator on localhost, gloo between
+    them): process 0 writes the report, process 1 writes nothing and prints nothing, and the
+    results and failure records equal a single process's, byte for byte."""
+    (tmp_path / "d.yaml").write_text(DIST_SCENARIO)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    single = subprocess.run([sys.executable, "-m", "cli.main", "analyze", "d.yaml", "-q",
+                             "--json", "one.json"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-2000:]
+    port = _free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "analyze", "d.yaml", "-q", "--distributed", "--json",
+         "two.json"], cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=dict(env, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+                 JAX_PROCESS_ID=str(i))) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    # (gloo itself prints a "[Gloo] Rank i is connected" line on stdout in every process)
+    assert "dist:" in outs[0][0] and "dist:" not in outs[1][0]
+    assert "wrote" not in outs[1][0]
+    one = json.loads((tmp_path / "one.json").read_text())
+    two = json.loads((tmp_path / "two.json").read_text())
+    assert two["versions"]["processes"] == 2 and two["versions"]["devices_used"] == 2
+    assert one["versions"]["processes"] == 1
+    for key in ("results", "failures"):
+        assert json.dumps(two[key], sort_keys=True) == json.dumps(one[key], sort_keys=True)
+
