@@ -18,7 +18,7 @@ planes of 100G; radix 64, 128, 256 and 512 for 1,024, 8,192, 32,768 and 131,072 
   * mrc iteration: (21 - 1 iterations) / 20 inside one jitted loop, threshold 0 so that
     every iteration runs in full; and against memory: the bytes an iteration moves (a model,
     MRC_BYTES_PER_EV per EV) at the device's measured streaming bandwidth (a jitted pass over
-    512 MiB), i.e. how far the iteration is from memory-bound;
+    512 MiB, once per run in its own process), i.e. how far it is from memory-bound;
   * failure sets/s: sets as in scenarios/failures.yaml (4 cables, 1 T1, 2 NIC ports, 2 degraded
     cables) after a compiling first chunk, default `mrc.patience`;
   * reference: the plain numpy/networkx reference (bench/numpy_reference.py) on the same draws:
@@ -193,9 +193,6 @@ def one_case(size: str, policy: str, sets: int, max_ref_gpus: int) -> dict:
         row["mrc_iteration_s"] = mrc_iteration_s(scenario, fabric, flows)
         row["mrc_bytes_per_iteration"] = (MRC_BYTES_PER_EV * flows.num_flows * first.slots +
                                           MRC_BYTES_PER_LINK * (fabric.num_links + 1))
-        row["stream_bytes_per_s"] = stream_bandwidth()
-        row["mrc_vs_memory_bound"] = row["mrc_iteration_s"] / (
-            row["mrc_bytes_per_iteration"] / row["stream_bytes_per_s"])
     if sets:
         batch = sample_failures(scenario)
         head = batch._replace(**{k: getattr(batch, k)[:16] for k in batch._fields})
@@ -295,13 +292,21 @@ def main() -> None:
     parser.add_argument("--target", action="store_true", help="only the 131k target run")
     parser.add_argument("--no-target", action="store_true", help="skip the 131k target run")
     parser.add_argument("--case", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stream:
+        print(json.dumps({"stream_bytes_per_s": stream_bandwidth()}))
+        return
     if args.case:
         size, policy, sets, max_ref = args.case
         print(json.dumps(one_case(size, policy, int(sets), int(max_ref))))
         return
     print(f"machine: {machine()}", flush=True)
     rows = []
+    # in its own process: its 1 GiB of buffers must not count in a case's peak memory
+    stream = json.loads(subprocess.run([sys.executable, __file__, "--stream"], check=True,
+                                       capture_output=True, text=True).stdout)
+    print(json.dumps(stream), flush=True)
     if not args.target:
         sets_for = dict(item.split(":") for item in args.sets.split(","))
         for size in args.sizes.split(","):
@@ -316,6 +321,10 @@ def main() -> None:
                     print(f"{size} {policy} failed: {proc.stderr.strip()[-600:]}", flush=True)
                     continue
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
+                if "mrc_iteration_s" in row:
+                    row.update(stream)
+                    row["mrc_vs_memory_bound"] = row["mrc_iteration_s"] / (
+                        row["mrc_bytes_per_iteration"] / row["stream_bytes_per_s"])
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     target = None

@@ -24,12 +24,13 @@ from fabricjax.units import format_bytes
 # up: the Python process with JAX loaded; the compiled solves of one policy (twice with a
 # failure study, which compiles its own); per directed link (fabric arrays, link loads,
 # statistics); per flow-path slot entry ([F, K] slots, [F, K, H] link ids, the max-min
-# solve's entry arrays; mrc adds its candidate draws and loads per iteration).
+# solve's entry arrays; mrc adds its candidate draws and loads per iteration). mrc's was
+# 200 bytes before its iteration moved to [F, K] arrays (issue 7); recalibrated to 100.
 RUNTIME_BYTES = 350 * 2**20
 COMPILED_BYTES = {"ecmp": 50 * 2**20, "spray": 50 * 2**20, "mrc": 100 * 2**20,
                   "optimal": 50 * 2**20}
 BYTES_PER_LINK = 120
-BYTES_PER_SLOT = {"ecmp": 80, "spray": 80, "mrc": 200, "optimal": 100}
+BYTES_PER_SLOT = {"ecmp": 80, "spray": 80, "mrc": 100, "optimal": 100}
 # A failure study on the host: each (policy, workload item, set) record with its JSON text;
 # each failed component of a set (its name, ids, the list the records share) and its line in
 # every record's JSON `components`. Measured on bench/memory_calibration.py's failure rows.

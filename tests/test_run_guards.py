@@ -70,7 +70,7 @@ def test_flows_and_slots_come_from_the_config():
     assert slots_per_flow("optimal", s) == 4 * 16   # planes x spines (radix 32: 16 up)
 
 
-@pytest.mark.parametrize("limit_gib,fix", [(4.0, "mrc.evs <= "), (1.5, "only --policy ecmp"),
+@pytest.mark.parametrize("limit_gib,fix", [(2.5, "mrc.evs <= "), (1.5, "only --policy ecmp"),
                                            (0.1, "a smaller fabric")])
 def test_refusal_names_the_estimate_and_a_change_that_fits(limit_gib, fix):
     scenario = parse_scenario(BIG)

@@ -4,7 +4,9 @@
   bytes) gives the phase time and slowest rate of the full progressive filling;
 * failure sets sharded over several devices (`shard_map`, here virtual host devices from
   XLA_FLAGS in a fresh process) give the same per-set outcomes as one device, byte for byte
-  (the optimal bound to float32 rounding).
+  (the optimal bound to float32 rounding);
+* `analyze --distributed` over two CPU processes (jax.distributed, gloo) writes the same report
+  as one process.
 """
 
 from __future__ import annotations
