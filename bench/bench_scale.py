@@ -37,8 +37,6 @@ _PROCESS_START = time.perf_counter()
 
 import argparse  # noqa: E402  (after the clock starts: imports count for "first result")
 import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
 import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -233,20 +231,6 @@ def target_run() -> dict:
                                    if r["policy"] == "mrc")}
 
 
-def machine() -> str:
-    import jax
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            names = [l.split(":", 1)[1].strip() for l in handle if l.startswith("model name")]
-            cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores, JAX {jax.__version__} on "
-            f"{jax.devices()[0].platform}, numpy {np.__version__}")
-
-
 def _mrc_cell(r) -> str:
     if "mrc_iteration_s" not in r:
         return "—"
@@ -301,6 +285,8 @@ def main() -> None:
         size, policy, sets, max_ref = args.case
         print(json.dumps(one_case(size, policy, int(sets), int(max_ref))))
         return
+    from bench_foundation import machine
+
     print(f"machine: {machine()}", flush=True)
     rows = []
     # in its own process: its 1 GiB of buffers must not count in a case's peak memory

@@ -1,8 +1,16 @@
-"""Which device JAX computes on: `--device cpu|gpu`, and the one place that answers "where am
-I running" for the rest of the library (vmap widths, memory limits, the report's record).
+"""Which devices JAX computes on: `--device cpu|gpu`, `--devices N`, `--distributed`, and the
+one place that answers "where am I running" for the rest of the library (vmap widths, memory
+limits, sharding, the report's record).
 
-`select_device` must run before JAX starts a backend for `cpu` to keep a GPU machine's
-accelerator untouched; `gpu` fails with a clear message when no GPU is visible to JAX.
+`select_device`, `request_devices` and `init_distributed` must run before JAX starts a
+backend: `cpu` keeps a GPU machine's accelerator untouched, `request_devices` may set XLA_FLAGS
+for virtual CPU devices, and a distributed run must be joined first. `gpu` fails with a clear
+message when no GPU is visible to JAX.
+
+Batched, independent work (failure sets) is sharded over `compute_devices()` in JAX's global
+order with `device_mesh`; `place` puts host arrays on that mesh as global arrays (valid in
+every process of a distributed run, since every process computes the same host arrays from
+the seed) and `fetch` brings results back, gathered from every process.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from fabricjax.fabric import TIER_NAMES, Fabric
 from fabricjax.devices import device_mesh, fetch, place, shard_devices
+from fabricjax.fabric import TIER_NAMES, Fabric
 from fabricjax.failures import (STALLED_SHOWN, FailureBatch, sample_failures, sets_per_call,
                                 solve_failure_chunk, vmap_width)
 from fabricjax.scenario import FailuresConfig, Scenario
@@ -107,9 +107,10 @@ def _policy_extra(policy: str, scenario: Scenario, fabric: Fabric, flows, outcom
                     comm_src=groups.src_t0, comm_dst=groups.dst_t0,
                     max_iters=np.int32(scenario.optimal.max_iters),
                     tol=np.float32(scenario.optimal.tol))
-    extra = dict(plane=outcome.plane, spine=outcome.spine)
     import jax
 
+    extra = dict(plane=outcome.plane, spine=outcome.spine)
+    # PRNG keys travel as raw key data: plain uint32 arrays can be placed as global arrays
     if policy == "ecmp":   # the switches' hash for re-hashing: fixed per flow, not per set
         extra["key"] = jax.random.key_data(phase_key(scenario.seed, item, index,
                                                      _POLICY_STREAM["ecmp"]))
@@ -127,8 +128,9 @@ def solve_failure_sets(policy: str, scenario: Scenario, fabric: Fabric, flows, o
                        progress: Callable[[int], None] | None = None):
     """Every failure set of `batch` under `policy` for one phase: SetOutcome of numpy arrays
     with a leading [B] axis. One compiled function per (policy, phase shape), chunks padded to
-    one shape so that no chunk recompiles."""
-
+    one shape so that no chunk recompiles. With several devices (`devices.shard_devices`) each
+    chunk is sharded over them, and in a distributed run results are gathered from every
+    process."""
     from fabricjax.analysis import TOP_LINKS, _phase_inputs, _tier_bounds, slowest_only
 
     g = fabric.geometry
