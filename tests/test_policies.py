@@ -1,9 +1,12 @@
 """Cross-policy properties: optimal <= mrc <= spray on random fabrics, seeds and failures.
 
 optimal is the min-max bound over every split that keeps each flow's planes equal, which mrc's
-same-plane EV swaps never leave; mrc starts from spraying's EV draw and returns a set no worse
-than it. So on any fabric, workload and failure mask, P100 must be ordered that way (up to f32
-and the bound's reported gap)."""
+same-plane EV swaps never leave, so optimal <= mrc on any fabric, workload and failure mask (up
+to f32 and the bound's reported gap). mrc starts from spraying's EV draw and returns a set no
+worse than it when no link is dead. With a dead link the two react differently: spraying drops
+the dead EVs, mrc must replace them (a set with fewer EVs on dead paths always wins), and the
+replaced set can end a step above spraying's; the old code did so too (seed 13 of the third
+fabric, 3.5 against 3.17), so mrc <= spray is asserted without dead links only."""
 
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ def test_optimal_le_mrc_le_spray(which, seed, dead):
         p100[policy] = float(outcome.result.stats[0, 2])
         if policy == "optimal":
             gap = outcome.residual
-    assert p100["mrc"] <= p100["spray"] + 1e-5, p100
+    if alive.all():
+        assert p100["mrc"] <= p100["spray"] + 1e-5, p100
     assert p100["optimal"] <= p100["mrc"] + gap + 1e-5, (p100, gap)
     assert p100["optimal"] >= 1.0 - 1e-5   # host links are at 1 under a full-rate permutation
