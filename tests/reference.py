@@ -220,3 +220,56 @@ def ecmp_balls_in_bins_exact(balls: int, bins: int, groups: int) -> float:
     """Exact E[max of `groups` iid fullest-bin counts] = sum_m P(max > m)."""
     return float(sum(1 - balls_in_bins_max_cdf(balls, bins, m) ** groups
                      for m in range(balls)))
+
+
+# --------------------------------------------------------------------------- progressive
+
+def reference_progressive(links, weights, size_bytes, start_s, flow_cap, capacity):
+    """Finish time of every flow (seconds, float64[F]) when max-min rates are re-solved
+    (`reference_max_min`) every time a flow finishes or arrives, one event at a time.
+
+    A flow is active from its start until its bytes are sent; inactive flows take no part in
+    the rates. A flow with no bytes finishes at its start. When no active flow has a positive
+    rate and no flow is still to arrive, the flows left never finish (inf). Returns
+    (finish, events) with events the number of rate solves."""
+    weights = np.asarray(weights, dtype=np.float64)
+    start = np.asarray(start_s, dtype=np.float64)
+    remaining = np.asarray(size_bytes, dtype=np.float64) * 8e-9   # Gbit, so Gbit / (Gbit/s)
+    num_flows = remaining.shape[0]
+    finish = [math.inf] * num_flows
+    done = [False] * num_flows
+    for f in range(num_flows):
+        if remaining[f] <= 0:
+            finish[f] = float(start[f])
+            done[f] = True
+    starts_with_bytes = [start[f] for f in range(num_flows) if not done[f]]
+    now = min(starts_with_bytes) if starts_with_bytes else 0.0
+    events = 0
+    while not all(done):
+        active = [not done[f] and start[f] <= now for f in range(num_flows)]
+        masked = weights * np.array(active, dtype=np.float64)[:, None]
+        rates, _ = reference_max_min(links, masked, flow_cap, capacity)
+        events += 1
+        next_finish = math.inf
+        for f in range(num_flows):
+            if active[f] and rates[f] > 0:
+                next_finish = min(next_finish, remaining[f] / rates[f])
+        arrival = math.inf
+        for f in range(num_flows):
+            if not done[f] and start[f] > now:
+                arrival = min(arrival, float(start[f]))
+        step = min(next_finish, arrival - now)
+        if math.isinf(step):
+            break                                  # stalled: the flows left stay at inf
+        for f in range(num_flows):
+            if not active[f] or rates[f] <= 0:
+                continue
+            time_left = remaining[f] / rates[f]
+            if time_left <= step * (1 + 1e-12):    # exact ties finish together
+                finish[f] = now + time_left
+                remaining[f] = 0.0
+                done[f] = True
+            else:
+                remaining[f] -= rates[f] * step
+        now = arrival if arrival - now <= next_finish else now + step   # land on arrivals
+    return np.array(finish), events
