@@ -176,8 +176,9 @@ def analyze(
     if not is_leader():   # a distributed run's other processes computed their share; done
         return
     from fabricjax.output import write_json_atomic
-    from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, report_dict,
-                                  time_table, trace_lines, utilisation_table)
+    from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, flow_table,
+                                  report_dict, sharing_table, time_table, trace_lines,
+                                  utilisation_table)
 
     if json_path is not None:   # first: a closed pipe on stdout must not cost the report
         write_json_atomic(report_dict(report), json_path)
@@ -185,6 +186,9 @@ def analyze(
               highlight=False)
     out.print(utilisation_table(report))
     out.print(time_table(report))
+    for table in (flow_table(report), sharing_table(report)):
+        if table is not None:
+            out.print(table)
     adaptation = adaptation_table(report)
     if adaptation is not None:
         out.print(adaptation)

@@ -34,6 +34,10 @@ BYTES_PER_SLOT = {"ecmp": 80, "spray": 80, "mrc": 100, "optimal": 100}
 # A failure study on the host: each (policy, workload item, set) record with its JSON text;
 # each failed component of a set (its name, ids, the list the records share) and its line in
 # every record's JSON `components`. Measured on bench/memory_calibration.py's failure rows.
+# An all-to-all solved by classes (fabricjax.aggregate) keeps its flows on the host: int32
+# ids, float64 sizes, the int64 class keys and the scale-up split's masks (not yet
+# calibrated by bench/memory_calibration.py: counted from the arrays, rounded up).
+BYTES_PER_AGGREGATED_FLOW = 64
 BYTES_PER_FAILURE_RECORD = 6_000
 BYTES_PER_COMPONENT = 400
 BYTES_PER_RECORD_COMPONENT = 50
@@ -69,17 +73,55 @@ def slots_per_flow(policy: str, scenario: Scenario) -> int:
     return planes * geom.spines
 
 
+def phase_flows(item, fabric_gpus: int) -> int:
+    """The most concurrent flows of one phase of a workload item or job of J GPUs: J for a
+    permutation, a ring or halving-doubling step and send-recv, J - 1 for incast, 4(J - 1)
+    for the double tree, J(J - 1) for an all-to-all. A traffic file is counted as J (its size
+    is known only once read; the solve refuses what does not fit)."""
+    j = job_size(item, fabric_gpus)
+    kind = item.collective
+    if kind == "all-to-all":
+        return j * (j - 1)
+    if kind == "all-reduce" and item.algorithm == "tree":
+        return 4 * (j - 1)
+    return j - 1 if kind == "incast" else j
+
+
 def max_flows(scenario: Scenario) -> int:
-    """The most concurrent flows of any phase: a permutation or a ring step of a J-GPU job has
-    J flows."""
-    return max(job_size(item, scenario.fabric.gpus) for item in scenario.workload)
+    """The most concurrent flows of any phase (jobs sharing the fabric: all of theirs)."""
+    n = scenario.fabric.gpus
+    alone = max((phase_flows(item, n) for item in scenario.workload), default=0)
+    together = sum(phase_flows(job, n) for job in scenario.jobs)
+    return max(alone, together)
+
+
+def aggregated(scenario: Scenario, policy: str, flows: int) -> bool:
+    """Whether `policy` would solve a phase of `flows` flows by classes (analysis'
+    `aggregation_wanted`; the phase must also be uniform, which the largest all-to-alls are)."""
+    from fabricjax.analysis import AGGREGATE_ABOVE
+
+    mode = scenario.solver.aggregate
+    if policy not in ("ecmp", "spray") or mode == "never":
+        return False
+    return mode == "always" or flows * slots_per_flow(policy, scenario) > AGGREGATE_ABOVE
+
+
+def aggregated_bytes(scenario: Scenario, policy: str, flows: int, geom) -> float:
+    """Host flow arrays plus the class arrays: C classes (at most one per flow and per T0
+    pair) x planes, times the spines for ECMP's per-spine QP counts (int64 counts and their
+    float32 copy on the device)."""
+    classes = min(flows, geom.t0s * geom.t0s)
+    per_class = geom.planes * (geom.spines * 12 if policy == "ecmp" else 4)
+    return BYTES_PER_AGGREGATED_FLOW * flows + classes * per_class
 
 
 def estimate_memory(scenario: Scenario) -> MemoryEstimate:
     geom = clos_geometry(scenario.fabric)
     flows = max_flows(scenario)
     fabric = BYTES_PER_LINK * (geom.num_links + 1)
-    solves = {policy: BYTES_PER_SLOT[policy] * flows * slots_per_flow(policy, scenario)
+    solves = {policy: (aggregated_bytes(scenario, policy, flows, geom)
+                       if aggregated(scenario, policy, flows)
+                       else BYTES_PER_SLOT[policy] * flows * slots_per_flow(policy, scenario))
               for policy in scenario.policies}
     policy = max(solves, key=solves.get)
     records = 0
@@ -114,7 +156,7 @@ def _failure_study_bytes(scenario: Scenario, geom, flows: int) -> float:
     from fabricjax.failures import bytes_per_set
 
     sets = scenario.failures.num_samples
-    records = sets * len(scenario.policies) * len(scenario.workload)
+    records = sets * len(scenario.policies) * len(scenario.items)
     components = components_per_set(scenario, geom)
     device = max(bytes_per_set(p, geom, flows, slots_per_flow(p, scenario))
                  for p in scenario.policies)

@@ -75,6 +75,8 @@ def report_dict(report: Report) -> dict:
         "failures": report.failures.as_dict() if report.failures is not None else None,
         "reliability": ([r.as_dict() for r in report.reliability]
                         if report.reliability is not None else None),
+        "sharing": ([r.as_dict() for r in report.sharing]
+                    if report.sharing is not None else None),
     })
 
 
@@ -124,6 +126,42 @@ def time_table(report: Report) -> Table:
                       format_seconds(r.completion_s), format_seconds(r.ideal_s),
                       (_u(r.slowdown) + "×") if r.slowdown is not None else "—",
                       _opt(r.busbw_gbps, ".1f"), status)
+    return table
+
+
+def flow_table(report: Report) -> Table | None:
+    """The progressive (flow-level) model beside the static one, and flow completion times."""
+    rows = [r for r in report.records if r.events is not None or r.aggregated_classes]
+    if not rows:
+        return None
+    table = Table(title="Flow level: static (size / first max-min rate) vs progressive (rates "
+                  "re-solved as flows finish); FCT over fabric flows", title_justify="left")
+    for column in ("policy", "workload", "algorithm", "static", "progressive", "FCT P50",
+                   "FCT P99", "FCT max", "events"):
+        table.add_column(column, justify="left" if column in ("policy", "workload", "algorithm")
+                         else "right")
+    for r in rows:
+        events = f"{r.events:,}" if r.events is not None else (
+            f"{r.aggregated_classes:,} classes" if r.aggregated_classes else "—")
+        table.add_row(r.policy, escape(r.workload), escape(r.algorithm or r.collective),
+                      format_seconds(r.completion_s), format_seconds(r.progressive_s),
+                      format_seconds(r.fct_p50_s), format_seconds(r.fct_p99_s),
+                      format_seconds(r.fct_max_s), events)
+    return table
+
+
+def sharing_table(report: Report) -> Table | None:
+    """Job isolation: each job alone on the fabric vs sharing it with the other jobs."""
+    if not report.sharing:
+        return None
+    table = Table(title="Jobs sharing the fabric: completion alone vs together (static model)",
+                  title_justify="left")
+    for column in ("policy", "job", "GPUs", "alone", "together", "together / alone"):
+        table.add_column(column, justify="left" if column in ("policy", "job") else "right")
+    for row in report.sharing:
+        table.add_row(row.policy, escape(row.job), f"{row.gpus:,}", format_seconds(row.alone_s),
+                      format_seconds(row.together_s) if row.together_s is not None
+                      else "stalled", (_u(row.slowdown) + "×") if row.slowdown else "—")
     return table
 
 

@@ -27,8 +27,8 @@ import numpy as np
 
 from fabricjax.devices import device_mesh, fetch, place, shard_devices
 from fabricjax.fabric import TIER_NAMES, Fabric
-from fabricjax.failures import (STALLED_SHOWN, FailureBatch, sample_failures, sets_per_call,
-                                solve_failure_chunk, vmap_width)
+from fabricjax.failures import (STALLED_SHOWN, FailureBatch, SetOutcome, sample_failures,
+                                sets_per_call, solve_failure_chunk, vmap_width)
 from fabricjax.scenario import FailuresConfig, Scenario
 from fabricjax.solver import status_names
 from fabricjax.workload import Collective
@@ -172,8 +172,9 @@ def _collective_sets(policy: str, collective: Collective, results: list, fabric:
     from fabricjax.mrc import MRC_ITERATION_CAP
     from fabricjax.optimal import STATUS_ITERATION_LIMIT, STATUS_NO_PATH
 
+    from fabricjax.analysis import phase_duration_s
+
     cfg = scenario.failures
-    latency = scenario.solver.step_latency_us * 1e-6
     B = batch.size
     p100 = np.stack([r.stats[:, 0, -1] for r in results], axis=1)          # [B, phases]
     busiest = np.argmax(p100, axis=1)
@@ -183,7 +184,7 @@ def _collective_sets(policy: str, collective: Collective, results: list, fabric:
     top_util = np.stack([r.top_util for r in results], axis=1)[rows, busiest]
     stalled = sum(r.stalled.astype(np.int64) for r in results)
     affected = sum(r.affected.astype(np.int64) for r in results)
-    completion = sum(phase.repeat * (r.phase_time.astype(np.float64) + latency)
+    completion = sum(phase_duration_s(scenario, phase, r.phase_time.astype(np.float64))
                      for phase, r in zip(collective.phases, results))
     finished = stalled == 0
     completion = np.where(finished, completion, np.nan)
@@ -268,12 +269,30 @@ def _collective_sets(policy: str, collective: Collective, results: list, fabric:
     return records, summary
 
 
+def null_set_outcome(fabric: Fabric, sets: int) -> SetOutcome:
+    """What every failure set does to a phase with no fabric flow: nothing."""
+    from fabricjax.analysis import TOP_LINKS
+
+    k = min(TOP_LINKS, fabric.num_links)
+    zeros = np.zeros(sets, np.int32)
+    return SetOutcome(stats=np.zeros((sets, 1 + len(TIER_NAMES), 1), np.float32),
+                      top_links=np.zeros((sets, k), np.int32),
+                      top_util=np.full((sets, k), -np.inf, np.float32),
+                      phase_time=np.zeros(sets, np.float32),
+                      ideal_time=np.zeros(sets, np.float32), stalled=zeros,
+                      stalled_flows=np.full((sets, STALLED_SHOWN), -1, np.int32),
+                      min_rate=np.full(sets, np.inf, np.float32), rounds=zeros, status=zeros,
+                      affected=zeros, iterations=zeros, adapt_status=zeros)
+
+
 def failure_study(scenario: Scenario, fabric: Fabric, collectives: list[Collective],
                   baseline: dict, *, samples: int | None = None,
                   progress: Callable[[str, int, int], None] | None = None) -> FailureStudy:
     """Every policy on every workload item under every failure set.
 
     baseline: {(policy, item): [PhaseOutcome per phase]} from the no-failure analysis."""
+    from fabricjax.analysis import phase_duration_s
+
     batch = sample_failures(scenario, samples)
     total = batch.size * len(scenario.policies) * sum(len(c.phases) for c in collectives)
     done = 0
@@ -292,11 +311,14 @@ def failure_study(scenario: Scenario, fabric: Fabric, collectives: list[Collecti
 
                 if progress is not None:
                     progress(label, done, total)
+                if phase.flows.num_flows == 0:   # inside servers: no failure reaches it
+                    results.append(null_set_outcome(fabric, batch.size))
+                    advance(batch.size)
+                    continue
                 results.append(solve_failure_sets(
                     policy, scenario, fabric, phase.flows, baseline[(policy, item)][index],
                     batch, (item, index), advance))
-            ideal = sum(p.repeat * (float(o.result.ideal_time) +
-                                    scenario.solver.step_latency_us * 1e-6)
+            ideal = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time)))
                         for p, o in zip(collective.phases, baseline[(policy, item)]))
             recs, summary = _collective_sets(policy, collective, results, fabric, scenario,
                                              batch, ideal)
@@ -362,6 +384,20 @@ def used_links(fabric: Fabric, collective: Collective, outcomes: list) -> np.nda
     for phase, outcome in zip(collective.phases, outcomes):
         flows = phase.flows
         sending = flows.size > 0
+        if not np.any(sending):
+            continue
+        if outcome.plane is None:  # aggregated: every spine of every plane between its T0s
+            planes = np.arange(g.planes)[:, None, None]
+            spines = np.arange(g.spines)[None, None, :]
+            src, dst = flows.src[sending], flows.dst[sending]
+            cross = g.t0_of(src) != g.t0_of(dst)
+            up_t0 = np.unique(g.t0_of(src[cross]))[None, :, None]
+            down_t0 = np.unique(g.t0_of(dst[cross]))[None, :, None]
+            for ids in (g.gpu_up(planes[:, :, 0], np.unique(src)[None, :]),
+                        g.gpu_down(planes[:, :, 0], np.unique(dst)[None, :]),
+                        g.t0_up(planes, up_t0, spines), g.t1_down(planes, down_t0, spines)):
+                used[np.asarray(ids).reshape(-1)] = True
+            continue
         links = clos_path_links(g, flows.src[sending, None], flows.dst[sending, None],
                                 outcome.plane[sending], outcome.spine[sending])
         used[links.reshape(-1)] = True

@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal, Union
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
+                      model_validator)
 
 from fabricjax.errors import ScenarioError, one_line, short_repr
 from fabricjax.units import parse_rate_gbps, parse_size
@@ -26,7 +27,9 @@ POLICIES = ("ecmp", "spray", "mrc", "optimal")
 MIN_RATE_GBPS, MAX_RATE_GBPS = 1e-3, 1e5
 MAX_SIZE_BYTES = 2.0**60
 MAX_LINK_ID = 2**31 - 2   # link ids and the sentinel (one past the last link) are int32
-COLLECTIVES = ("permutation", "all-reduce")
+COLLECTIVES = ("permutation", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+               "incast", "send-recv", "traffic")
+PLACEMENTS = ("contiguous", "random", "strided", "explicit")
 
 
 class _Strict(BaseModel):
@@ -45,6 +48,11 @@ class FabricConfig(_Strict):
     radix: int = Field(64, ge=2, le=4096)
     oversubscription: float = Field(1.0, ge=1.0)
     tiers: Literal[2] = 2
+    # servers: GPUs g*k .. g*k+g-1 share server k. With scaleup_gbps > 0 (per GPU and
+    # direction, e.g. 3600 for NVLink 4's 450 GB/s), traffic between GPUs of one server rides
+    # that scale-up domain and never touches the fabric; 0: no scale-up domain.
+    gpus_per_server: int = Field(8, ge=1, le=1024)
+    scaleup_gbps: float = Field(0.0, ge=0.0, le=MAX_RATE_GBPS)
 
     @field_validator("port_gbps", mode="before")
     @classmethod
@@ -57,9 +65,15 @@ class FabricConfig(_Strict):
 
 
 class _WorkloadBase(_Strict):
+    """What every workload item and job has: a name, its GPUs and their placement.
+
+    `gpus`: 'all', a count, or an explicit list of GPU ids. `placement` picks a count's GPUs:
+    contiguous (the lowest free ids: whole servers and T0s), random (seeded), strided (spread
+    evenly over the fabric), explicit (the list). A job's ranks follow ascending GPU id."""
+
     name: str | None = None
-    size: float = 2**30
     gpus: Literal["all"] | int | list[int] = "all"
+    placement: Literal["contiguous", "random", "strided", "explicit"] | None = None
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -75,6 +89,11 @@ class _WorkloadBase(_Strict):
         raise ValueError(f"allowed: 'all', a GPU count >= 2, or a list of GPU ids "
                          f"(got {_short(value)})")
 
+
+
+class _SizedBase(_WorkloadBase):
+    size: float = 2**30
+
     @field_validator("size", mode="before")
     @classmethod
     def _size(cls, value: Any) -> float:
@@ -84,7 +103,7 @@ class _WorkloadBase(_Strict):
         return size
 
 
-class PermutationConfig(_WorkloadBase):
+class PermutationConfig(_SizedBase):
     """Every GPU sends `size` bytes to one other GPU, all at once (one phase).
 
     `shift: k` sends GPU i to GPU i+k (mod N) in job order; without it the destinations are a
@@ -94,17 +113,78 @@ class PermutationConfig(_WorkloadBase):
     shift: int | None = None
 
 
-class AllReduceConfig(_WorkloadBase):
-    """NCCL-style all-reduce of `size` bytes; `ring`: 2(N-1) steps, each GPU sends size/N to
-    its ring neighbour. `order: random` shuffles the ring (a scheduler's scattered GPUs)."""
+class _RankedBase(_SizedBase):
+    """`order: random` shuffles the ranks (a ring or tree over a scheduler's scattered GPUs);
+    `hierarchical: true` runs the collective inside servers over the scale-up domain and
+    between servers over the fabric, one ring per local rank (rail), as NCCL does."""
+
+    order: Literal["linear", "random"] = "linear"
+    hierarchical: bool = False
+
+
+class AllReduceConfig(_RankedBase):
+    """NCCL-style all-reduce of `size` bytes. `ring`: 2(N-1) steps, each GPU sends size/N to
+    its ring neighbour; `halving-doubling`: recursive halving reduce-scatter then recursive
+    doubling all-gather, 2 log2 N steps (N a power of two); `tree`: NCCL's double binary tree,
+    pipelined (every tree edge busy at once, each tree carrying half the data)."""
 
     collective: Literal["all-reduce"]
+    algorithm: Literal["ring", "halving-doubling", "tree"] = "ring"
+
+
+class AllGatherConfig(_RankedBase):
+    """Ring all-gather: `size` is the gathered buffer (nccl-tests), each GPU contributes
+    size/N; N-1 steps."""
+
+    collective: Literal["all-gather"]
     algorithm: Literal["ring"] = "ring"
-    order: Literal["linear", "random"] = "linear"
+
+
+class ReduceScatterConfig(_RankedBase):
+    """Ring reduce-scatter: `size` is each GPU's input buffer (nccl-tests); N-1 steps of
+    size/N."""
+
+    collective: Literal["reduce-scatter"]
+    algorithm: Literal["ring"] = "ring"
+
+
+class AllToAllConfig(_SizedBase):
+    """Every GPU sends `size` bytes in all, spread over the job's GPUs (nccl-tests alltoall:
+    size/N to each). `skew` > 0 models mixture-of-experts routing: destination popularity
+    falls as rank^-skew (Zipf) over a seeded random ranking of the job's GPUs."""
+
+    collective: Literal["all-to-all"]
+    skew: float = Field(0.0, ge=0.0, le=10.0)
+
+
+class IncastConfig(_SizedBase):
+    """n-to-1: every GPU of the job but the first (rank 0) sends `size` bytes to rank 0."""
+
+    collective: Literal["incast"]
+
+
+class SendRecvConfig(_SizedBase):
+    """Pairs (rank 2i, rank 2i+1) exchange `size` bytes, in both directions (`both`, as a
+    pipeline-parallel boundary does with activations and gradients) or 2i -> 2i+1 only."""
+
+    collective: Literal["send-recv"]
+    direction: Literal["both", "forward"] = "both"
+
+
+class TrafficConfig(_WorkloadBase):
+    """A traffic matrix from a file, relative to the scenario's folder: CSV (src, dst, bytes
+    [, start seconds]), .npz (src, dst, size [, start]) or htsim's connection matrix. Ids in
+    the file are the job's ranks (with gpus: all, the fabric's GPU ids)."""
+
+    collective: Literal["traffic"]
+    file: str = Field(min_length=1, max_length=4096)
+    format: Literal["auto", "csv", "npz", "htsim"] = "auto"
 
 
 WorkloadConfig = Annotated[
-    Union[PermutationConfig, AllReduceConfig], Field(discriminator="collective")
+    Union[PermutationConfig, AllReduceConfig, AllGatherConfig, ReduceScatterConfig,
+          AllToAllConfig, IncastConfig, SendRecvConfig, TrafficConfig],
+    Field(discriminator="collective"),
 ]
 
 
@@ -148,15 +228,29 @@ class SolverConfig(_Strict):
 
     `eps`: progressive filling freezes every link within (1+eps) of the lowest fill level in one
     round (0 = exact). `max_rounds` bounds the rounds; hitting it is reported as a status.
-    `step_latency_us` is added once per collective step. `rates`: `auto` takes a phase's time
-    from the slowest max-min rate alone (exact, one pass) when all its flows send the same
-    bytes, and runs the full rounds otherwise; `full` always runs them (every flow's own rate,
-    `eps` and `max_rounds` apply)."""
+    Every collective step costs `step_latency_us` plus `hop_latency_us` per link of its
+    longest path (4 across the spines, 2 within a T0 or a server). `rates`: `auto` takes a
+    phase's time from the slowest max-min rate alone (exact, one pass) when all its flows send
+    the same bytes, and runs the full rounds otherwise; `full` always runs them (every flow's
+    own rate, `eps` and `max_rounds` apply).
+
+    `progressive`: also simulate each phase flow by flow (finished flows release their
+    bandwidth and rates are re-solved) for the progressive completion time and the flow
+    completion times; at most `max_events` re-solves per phase, completions within a factor
+    (1 + `event_batch`) of the next one share an event. `auto`: for phases of up to 2^22
+    (flow, path) pairs (32k flows x 128 EVs), where it costs seconds, not minutes.
+    `aggregate`: solve uniform phases (all-to-all) as (source T0, destination T0) classes —
+    `auto` when flow by flow would not fit (more than 2^27 flow-path pairs)."""
 
     eps: float = Field(0.01, ge=0.0, le=0.5)
     max_rounds: int = Field(2000, ge=1, le=1_000_000)
     step_latency_us: float = Field(0.0, ge=0.0, le=1e6)
+    hop_latency_us: float = Field(0.0, ge=0.0, le=1e6)
     rates: Literal["auto", "full"] = "auto"
+    progressive: Literal["auto"] | bool = "auto"
+    max_events: int = Field(256, ge=1, le=1_000_000)
+    event_batch: float = Field(0.01, ge=0.0, le=1.0)
+    aggregate: Literal["auto", "always", "never"] = "auto"
 
 
 class FailureKindConfig(_Strict):
@@ -265,7 +359,9 @@ class Scenario(_Strict):
     name: str = "scenario"
     seed: int = Field(0, ge=0, le=2**31 - 1)
     fabric: FabricConfig = FabricConfig()
-    workload: list[WorkloadConfig] = Field(min_length=1)
+    workload: list[WorkloadConfig] = []
+    # jobs share the fabric at once, on disjoint GPUs: each is also reported alone
+    jobs: list[WorkloadConfig] = []
     policies: list[Literal["ecmp", "spray", "mrc", "optimal"]] = Field(
         default=list(POLICIES), min_length=1)
     ecmp: EcmpConfig = EcmpConfig()
@@ -276,12 +372,21 @@ class Scenario(_Strict):
     failures: FailuresConfig | None = None
     reliability: ReliabilityConfig | None = None
 
+    # the scenario file's folder, for traffic files (set by load_scenario; not a field)
+    _base_dir: Path | None = PrivateAttr(default=None)
+
     @field_validator("policies")
     @classmethod
     def _unique(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError(f"each policy may appear once, got {value}")
         return value
+
+    @property
+    def items(self) -> list[tuple[str, int, Any]]:
+        """Every workload item then every job, as (section, index, config)."""
+        return ([("workload", i, w) for i, w in enumerate(self.workload)] +
+                [("jobs", i, j) for i, j in enumerate(self.jobs)])
 
 
 # --------------------------------------------------------------------------- geometry checks
@@ -334,9 +439,15 @@ def check_policies(scenario: Scenario) -> None:
 
 
 def check_workload(scenario: Scenario) -> None:
+    """What a schema cannot say about the workload items and jobs (ScenarioError on the
+    first problem): GPUs exist and suffice, placements match their `gpus`, jobs fit on the
+    fabric together, and each algorithm's constraints on the GPU count hold."""
     n = scenario.fabric.gpus
-    for i, item in enumerate(scenario.workload):
-        field = f"workload[{i}].gpus"
+    if not scenario.items:
+        raise ScenarioError("workload", "is missing or empty; a scenario needs at least 1 "
+                            "item (or 'jobs': a list of the same items, sharing the fabric)")
+    for section, i, item in scenario.items:
+        field = f"{section}[{i}].gpus"
         if isinstance(item.gpus, int):
             if item.gpus > n:
                 raise ScenarioError(field, f"{item.gpus} GPUs requested but the fabric has {n}")
@@ -348,17 +459,54 @@ def check_workload(scenario: Scenario) -> None:
                 raise ScenarioError(field, f"GPU {bad[0]} does not exist; allowed: 0..{n - 1}")
             if len(set(item.gpus)) != len(item.gpus):
                 raise ScenarioError(field, "lists a GPU more than once")
+        explicit = isinstance(item.gpus, list)
+        if item.placement == "explicit" and not explicit:
+            raise ScenarioError(f"{section}[{i}].placement",
+                                "'explicit' needs gpus: a list of GPU ids")
+        if explicit and item.placement not in (None, "explicit"):
+            raise ScenarioError(f"{section}[{i}].placement",
+                                f"{item.placement!r} places a GPU count, but gpus is a list; "
+                                "allowed with a list: explicit (or leave placement out)")
+        size = job_size(item, n)
         if isinstance(item, PermutationConfig) and item.shift is not None:
-            size = job_size(item, n)
             if item.shift % size == 0:
                 raise ScenarioError(
-                    f"workload[{i}].shift",
+                    f"{section}[{i}].shift",
                     f"{item.shift} maps every GPU onto itself in a {size}-GPU job; "
                     f"allowed: any integer not a multiple of {size}",
                 )
+        if isinstance(item, AllReduceConfig) and item.algorithm == "halving-doubling":
+            if size & (size - 1):
+                low = 1 << (size.bit_length() - 1)
+                raise ScenarioError(
+                    f"{section}[{i}].algorithm",
+                    f"halving-doubling needs a power-of-two GPU count (got {size}); allowed: "
+                    f"gpus {low} or {2 * low}, or algorithm ring or tree")
+        if isinstance(item, _RankedBase) and item.hierarchical and item.algorithm != "ring":
+            raise ScenarioError(f"{section}[{i}].hierarchical",
+                                f"hierarchical runs rings; allowed with algorithm ring only "
+                                f"(got {item.algorithm!r})")
+        if isinstance(item, SendRecvConfig) and size % 2:
+            raise ScenarioError(field, f"send-recv pairs the ranks, so the GPU count must be "
+                                f"even (got {size})")
+    jobs = scenario.jobs
+    if jobs:
+        total = sum(job_size(job, n) for job in jobs)
+        if total > n:
+            raise ScenarioError("jobs", f"the jobs need {total} GPUs together but the fabric "
+                                f"has {n}; jobs run at once on disjoint GPUs ('all' takes "
+                                "every GPU)")
+        owner: dict[int, int] = {}
+        for i, job in enumerate(jobs):
+            for gpu in job.gpus if isinstance(job.gpus, list) else ():
+                if gpu in owner:
+                    raise ScenarioError(f"jobs[{i}].gpus", f"GPU {gpu} is already "
+                                        f"jobs[{owner[gpu]}]'s; jobs run on disjoint GPUs")
+                owner[gpu] = i
 
 
-def job_size(item: PermutationConfig | AllReduceConfig, fabric_gpus: int) -> int:
+def job_size(item: Any, fabric_gpus: int) -> int:
+    """The GPU count of a workload item or job."""
     if item.gpus == "all":
         return fabric_gpus
     if isinstance(item.gpus, int):
@@ -418,7 +566,7 @@ def _field_path(loc: tuple) -> str:
     for i, part in enumerate(loc):
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif loc[0] == "workload" and i == 2:
+        elif loc[0] in ("workload", "jobs") and i == 2:
             continue  # the discriminated-union tag: the user never wrote it
         else:
             parts.append(("." if parts else "") + str(part))
@@ -603,14 +751,25 @@ def load_scenario(path: str | Path) -> Scenario:
     except RecursionError:
         raise ScenarioError("", "is nested too deeply to be a scenario", source) from None
     try:
-        return parse_scenario(data, default_name=path.stem)
+        scenario = parse_scenario(data, default_name=path.stem)
     except ScenarioError as err:
         raise err.with_source(source) from None
+    scenario._base_dir = path.parent
+    if any(isinstance(item, TrafficConfig) for _, _, item in scenario.items):
+        from fabricjax.workload import check_traffic_files
+
+        try:
+            check_traffic_files(scenario)
+        except ScenarioError as err:
+            raise err.with_source(source) from None
+    return scenario
 
 
 def with_overrides(scenario: Scenario, **fields: Any) -> Scenario:
     """A copy with top-level fields replaced (command-line overrides win over the file)."""
     data = scenario.model_dump()
     data.update({k: v for k, v in fields.items() if v is not None})
-    return parse_scenario(data)
+    out = parse_scenario(data)
+    out._base_dir = scenario._base_dir
+    return out
 

@@ -240,6 +240,35 @@ def test_a_scenario_cannot_make_the_tool_read_other_files(tmp_path):
     assert all(p in ("s.yaml", "out.json") or p.startswith(".out.json.") for p in files), opened
 
 
+def test_a_traffic_file_is_read_only_inside_the_scenarios_folder(tmp_path):
+    """A traffic matrix is the one file a scenario names: it is read from the scenario's folder
+    (nothing else is opened there), and a path leaving that folder is refused unread."""
+    (tmp_path / "secret.txt").write_text("0,1,100\n")
+    (tmp_path / "audit.py").write_text(AUDIT)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "t.csv").write_text("src,dst,bytes\n0,1,4MB\n1,0,4MB\n")
+    body = ("fabric: {{gpus: 64, planes: 2, radix: 16}}\n"
+            "workload: [{{collective: traffic, file: {file}}}]\npolicies: [spray]\n"
+            "spray: {{evs: 8}}\n")
+    (tmp_path / "s.yaml").write_text(body.format(file="data/t.csv"))
+    proc = subprocess.run([sys.executable, str(tmp_path / "audit.py"), "analyze", "s.yaml",
+                           "-q", "--json", "out.json"], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    opened = eval(proc.stderr.split("OPENED", 1)[1].strip())
+    files = [p for p in opened if not p.startswith("__editable__")]
+    assert "data/t.csv" in files and "secret.txt" not in files
+    assert all(p in ("s.yaml", "out.json", "data/t.csv") or p.startswith(".out.json.")
+               for p in files), opened
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for file in ("../secret.txt", str(tmp_path / "secret.txt")):
+        (sub / "s.yaml").write_text(body.format(file=file))
+        proc = fabricjax("analyze", "s.yaml", cwd=sub)
+        assert_one_line_error(proc, "workload[0].file", "outside the scenario's folder")
+        assert "100" not in proc.stderr
+
+
 @pytest.mark.parametrize("tag", ["!!python/object/apply:os.system ['touch pwned']",
                                  "!!python/name:os.system", "!include secret.txt"])
 def test_yaml_tags_do_not_run_or_read_anything(tmp_path, tag):
