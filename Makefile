@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory clean
+.PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
+        bench-collectives clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +38,11 @@ bench-failures: $(STAMP)
 
 bench-memory: $(STAMP)
 	$(BIN)/python bench/memory_calibration.py | tee bench/memory_last_run.log
+
+# issue 5: progressive completion vs the numpy event-driven reference, all-to-all classes vs
+# flow by flow (about 90 s; writes bench/collectives_last_run.log)
+bench-collectives: $(STAMP)
+	$(BIN)/python bench/bench_collectives.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -121,9 +121,10 @@ def slowest_only(scenario: Scenario, flows: Flows) -> bool:
 
 def step_latency_s(scenario: Scenario, phase: Phase) -> float:
     """The fixed cost of one step of `phase`: a base plus a per-link latency over its
-    longest path (solver.step_latency_us, solver.hop_latency_us)."""
+    longest path (solver.step_latency_us, solver.hop_latency_us), paid `latency_steps` times
+    (a pipelined tree's chunks climb and descend its depth)."""
     cfg = scenario.solver
-    return (cfg.step_latency_us + cfg.hop_latency_us * phase.hops) * 1e-6
+    return phase.latency_steps * (cfg.step_latency_us + cfg.hop_latency_us * phase.hops) * 1e-6
 
 
 def phase_duration_s(scenario: Scenario, phase: Phase, fabric_time):
@@ -226,9 +227,25 @@ def initial_slots(policy: str, scenario: Scenario, fabric: Fabric, flows: Flows,
     return policy_slots(policy, scenario, fabric, flows, rng)
 
 
-def _with_start_times(result, flows: Flows):
-    """A phase whose flows start at different times ends when the last flow does:
-    max(start + size / rate) (the static model: rates as when all flows are present)."""
+def ideal_time_s(flows: Flows, nic_gbps: float) -> float:
+    """A phase without contention in the fabric: each flow at the smaller of its sender's and
+    its receiver's fair share of the NIC (an incast is bound by the receiver), from its start."""
+    sending = flows.size > 0
+    if not np.any(sending):
+        return 0.0
+    out_degree = np.bincount(flows.src[sending])
+    in_degree = np.bincount(flows.dst[sending])
+    src, dst = flows.src[sending], flows.dst[sending]
+    rate = nic_gbps / np.maximum(out_degree[src], in_degree[dst])
+    begin = 0.0 if flows.start is None else flows.start[sending]
+    return float(np.max(begin + flows.size[sending] * 8e-9 / rate))
+
+
+def _with_start_times(result, flows: Flows, nic_gbps: float):
+    """Host-side times of a phase: the ideal (`ideal_time_s`) and, when flows start at
+    different times, the end of the last one, max(start + size / rate) (the static model:
+    rates as when all flows are present)."""
+    result = result._replace(ideal_time=np.float32(ideal_time_s(flows, nic_gbps)))
     if flows.start is None:
         return result
     sending = (flows.size > 0) & (result.rates > 0)
@@ -254,14 +271,16 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
     top_k = min(TOP_LINKS, fabric.num_links)
     bounds = _tier_bounds(fabric)
     geom = fabric.geometry
+    # decided before any [F, K] slot array exists: aggregation is for what would not fit
+    if slots is None and use_aggregation(scenario, fabric, flows, alive, policy):
+        return _aggregated_phase(policy, scenario, fabric, flows, stream)
     if slots is None:
         slots = initial_slots(policy, scenario, fabric, flows, stream)
     if policy in ("ecmp", "spray"):
-        if use_aggregation(scenario, fabric, flows, alive, policy):
-            return _aggregated_phase(policy, scenario, fabric, flows, stream)
         plane, spine = slots
         outcome = PhaseOutcome(
-            _with_start_times(solve_slots(fabric, flows, plane, spine, scenario, alive), flows),
+            _with_start_times(solve_slots(fabric, flows, plane, spine, scenario, alive), flows,
+                              geom.nic_gbps),
             slots=plane.shape[1], plane=plane, spine=spine)
     elif policy == "mrc":
         from fabricjax.mrc import MRC_ITERATION_CAP, MRC_STATUS_NAMES, solve_mrc_phase
@@ -278,7 +297,7 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
             geom, *args, max_iters=cfg.max_iters, patience=cfg.patience, tier_bounds=bounds,
             top_k=top_k, slowest_only=slowest_only(scenario, flows)))
         iterations = int(mrc.iterations)
-        outcome = PhaseOutcome(_with_start_times(result, flows), slots=cfg.evs,
+        outcome = PhaseOutcome(_with_start_times(result, flows, geom.nic_gbps), slots=cfg.evs,
                                iterations=iterations,
                                convergence=MRC_STATUS_NAMES[int(mrc.status)],
                                residual=float(mrc.residual),
@@ -305,7 +324,8 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
         convergence = "iteration cap" if capped else "converged (gap)"
         if status & STATUS_NO_PATH:
             convergence += "; a flow lost a plane (no live path)"
-        outcome = PhaseOutcome(_with_start_times(result, flows), slots=plane.shape[1],
+        outcome = PhaseOutcome(_with_start_times(result, flows, geom.nic_gbps),
+                               slots=plane.shape[1],
                                iterations=int(opt.iterations), convergence=convergence,
                                residual=float(opt.gap), capped=capped,
                                lost_plane=bool(status & STATUS_NO_PATH),
@@ -319,9 +339,9 @@ def solve_policy_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: F
 
 
 # Flow-by-flow (flow, slot) entries beyond which `solver.aggregate: auto` solves an
-# aggregatable phase by classes: 2^27 entries is about 1M flows x 128 EVs, the size of the
-# 131k-GPU ring step, which flow by flow still fits a laptop.
-AGGREGATE_ABOVE = 2**27
+# aggregatable phase by classes: 2^25 entries is twice the 131k-GPU ring step (131,072 flows
+# x 128 EVs), which flow by flow still fits a laptop; a 4,096-GPU all-to-all has 2^31.
+AGGREGATE_ABOVE = 2**25
 
 
 def aggregation_wanted(scenario: Scenario, fabric: Fabric, flows: Flows, policy: str) -> bool:
@@ -360,8 +380,10 @@ def _aggregated_phase(policy: str, scenario: Scenario, fabric: Fabric, flows: Fl
                                  flows.size, fabric.capacity, evs=scenario.spray.evs,
                                  qps=scenario.ecmp.qps, rng=rng,
                                  top_k=min(TOP_LINKS, fabric.num_links))
-    slots = scenario.spray.evs if policy == "spray" else scenario.ecmp.qps * fabric.geometry.planes
-    return PhaseOutcome(out.result, slots=slots, aggregated=out.num_classes)
+    geom = fabric.geometry
+    slots = scenario.spray.evs if policy == "spray" else scenario.ecmp.qps * geom.planes
+    result = out.result._replace(ideal_time=np.float32(ideal_time_s(flows, geom.nic_gbps)))
+    return PhaseOutcome(result, slots=slots, aggregated=out.num_classes)
 
 
 # `solver.progressive: auto` simulates phases up to this many (flow, path) pairs: every event
@@ -565,6 +587,19 @@ def check_resources(scenario: Scenario, collectives: list[Collective], fabric: F
                     "failures", f"failure sets are solved flow by flow, but {collective.name}'s "
                     f"{flows.num_flows:,} flows only fit as classes; allowed: fewer GPUs, "
                     "solver.aggregate: never (if it fits), or no failures section")
+    jobs = [c for c in collectives if c.job]
+    if len(jobs) > 1:
+        from fabricjax.memory import slots_per_flow
+
+        flows = sum(max(p.flows.num_flows for p in c.phases) for c in jobs)
+        for policy in scenario.policies:
+            pairs = flows * slots_per_flow(policy, scenario)
+            if pairs > AGGREGATE_ABOVE:
+                raise ScenarioError(
+                    "jobs", f"jobs sharing the fabric are solved flow by flow: up to "
+                    f"{flows:,} concurrent flows x {slots_per_flow(policy, scenario)} paths "
+                    f"under '{policy}' exceed {AGGREGATE_ABOVE:,} flow-path pairs; allowed: "
+                    "fewer or smaller jobs, fewer EVs, or one job per scenario")
     if "optimal" not in scenario.policies:
         return
     for collective in collectives:
@@ -583,7 +618,8 @@ def check_resources(scenario: Scenario, collectives: list[Collective], fabric: F
 @dataclasses.dataclass(frozen=True)
 class SharingRow:
     """One job under one policy: its completion alone on the fabric and sharing it with the
-    scenario's other jobs (None when a flow stalls), and together / alone."""
+    scenario's other jobs (None when a flow stalls), together / alone, and the flags of the
+    solves (round_limit, iteration_cap) that the figures rest on."""
 
     policy: str
     job: str
@@ -591,7 +627,8 @@ class SharingRow:
     alone_s: float | None
     together_s: float | None
     slowdown: float | None
-    mixes: int              # distinct sets of concurrent phases solved
+    mixes: int              # distinct sets of concurrent phases solved together
+    status: str = "ok"
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -607,58 +644,49 @@ def _concat_flows(parts: list[Flows]) -> Flows:
                  np.concatenate([p.size for p in parts]), start)
 
 
-def sharing_rows(policy: str, scenario: Scenario, fabric: Fabric,
-                 jobs: list[tuple[int, Collective]], alone: dict) -> list[SharingRow]:
-    """Every job's completion while all jobs share the fabric (the static model, per step).
-
-    All jobs start at time 0 and run their phases in order. While the set of current phases
-    (one per unfinished job) stays the same, their flows are solved together (max-min rates
-    over the union, eps 0 so that a job alone gets exactly its own time) and each job's step
-    lasts as long as its own slowest flow (or its scale-up flows) plus the step latency;
-    the next event is the first job to end its phase. So the host loop runs over phase
-    changes (at most the total number of phases), not over steps, flows or links. A job's
-    flows keep the slots they have alone (same random stream), so together / alone measures
-    sharing, not a different hash draw."""
-    exact = scenario.model_copy(update={"solver": scenario.solver.model_copy(
-        update={"eps": 0.0, "rates": "full", "aggregate": "never"})})
+def _run_jobs(policy: str, exact: Scenario, fabric: Fabric, jobs: list[Collective]
+              ) -> tuple[list[float | None], int, int]:
+    """(finish time per job or None if it stalls, mixes solved, solver status flags) of
+    `jobs` started together at 0; see `sharing_rows`."""
     count = len(jobs)
     phase_index = [0] * count
-    steps_left = [float(c.phases[0].repeat) for _, c in jobs]
+    steps_left = [float(c.phases[0].repeat) for c in jobs]
     finish: list[float | None] = [None] * count
     done = [False] * count
-    now, mixes = 0.0, 0
+    now, mixes, status = 0.0, 0, STATUS_OK
     while not all(done):
         active = [j for j in range(count) if not done[j]]
         parts, slot_parts, owners = [], [], []
         for j in active:
-            item, collective = jobs[j]
-            phase = collective.phases[phase_index[j]]
+            phase = jobs[j].phases[phase_index[j]]
             if phase.flows.num_flows:
                 parts.append(phase.flows)
                 slot_parts.append(initial_slots(policy, exact, fabric, phase.flows,
-                                                (item, phase_index[j])))
+                                                (jobs[j].stream, phase_index[j])))
                 owners.append(np.full(phase.flows.num_flows, j))
-        step = {}
         fabric_time = {j: 0.0 for j in active}
         if parts:
             flows = _concat_flows(parts)
             slots = None if slot_parts[0] is None else tuple(
                 np.concatenate([sp[i] for sp in slot_parts]) for i in (0, 1))
             mixes += 1
-            outcome = solve_policy_phase(policy, exact, fabric, flows, (1_000_000 + mixes, 0),
+            # mrc's swap coins: one key per mix (the draws differ from alone, as they would)
+            outcome = solve_policy_phase(policy, exact, fabric, flows, (SHARING_STREAM, mixes),
                                          slots=slots)
+            status |= int(outcome.result.status) | (ADAPT_CAP if outcome.capped else 0)
             rates = np.asarray(outcome.result.rates, np.float64)
             owner = np.concatenate(owners)
             begin = np.zeros(flows.num_flows) if flows.start is None else flows.start
             sending = flows.size > 0
-            ends = np.where(sending & (rates > 0),
-                            begin + flows.size * 8e-9 / np.where(rates > 0, rates, 1.0), 0.0)
-            ends = np.where(sending & (rates <= 0), np.inf, ends)
+            moving = sending & (rates > 0)
+            ends = np.where(moving, begin + flows.size * 8e-9 / np.where(moving, rates, 1.0),
+                            0.0)
+            ends = np.where(sending & ~moving, np.inf, ends)
             for j in active:
-                mine = owner == j
-                fabric_time[j] = float(ends[mine].max(initial=0.0))
+                fabric_time[j] = float(ends[owner == j].max(initial=0.0))
+        step = {}
         for j in active:
-            phase = jobs[j][1].phases[phase_index[j]]
+            phase = jobs[j].phases[phase_index[j]]
             step[j] = float(phase_duration_s(exact, phase, fabric_time[j])) / phase.repeat
         remaining = {j: steps_left[j] * step[j] for j in active}
         dt = min(remaining.values())
@@ -668,18 +696,42 @@ def sharing_rows(policy: str, scenario: Scenario, fabric: Fabric,
         for j in active:
             if remaining[j] <= dt * (1 + 1e-9):
                 phase_index[j] += 1
-                phases = jobs[j][1].phases
-                if phase_index[j] == len(phases):
+                if phase_index[j] == len(jobs[j].phases):
                     done[j], finish[j] = True, now
                 else:
-                    steps_left[j] = float(phases[phase_index[j]].repeat)
+                    steps_left[j] = float(jobs[j].phases[phase_index[j]].repeat)
             elif np.isfinite(step[j]):
                 steps_left[j] -= dt / step[j]
+    return finish, mixes, status
+
+
+SHARING_STREAM = 1 << 21
+
+
+def sharing_rows(policy: str, scenario: Scenario, fabric: Fabric,
+                 jobs: list[Collective]) -> list[SharingRow]:
+    """Every job's completion alone and while all jobs share the fabric (static model).
+
+    All jobs start at time 0 and run their phases in order. While the set of current phases
+    (one per unfinished job) stays the same, their flows are solved together (max-min rates
+    over the union, every flow's own rate, eps 0, never as classes) and each job's step lasts
+    as long as its own slowest flow (or its scale-up flows) plus the step latency; the next
+    event is the first job to end its phase. So the host loop runs over phase changes (at most
+    the total number of phases), not over steps, flows or links. "Alone" is the same loop with
+    that job only, and a job's flows keep their path slots (same random stream) in both, so
+    together / alone measures sharing, not a different model or hash draw."""
+    exact = scenario.model_copy(update={"solver": scenario.solver.model_copy(
+        update={"eps": 0.0, "rates": "full", "aggregate": "never"})})
+    together, mixes, status = _run_jobs(policy, exact, fabric, jobs)
     rows = []
-    for j, (_, collective) in enumerate(jobs):
-        a, t = alone.get((policy, collective.name)), finish[j]
-        rows.append(SharingRow(policy, collective.name, collective.gpus, a, t,
-                               t / a if a and t is not None else None, mixes))
+    for j, collective in enumerate(jobs):
+        (alone,), _, alone_status = _run_jobs(policy, exact, fabric, [collective])
+        code = status | alone_status
+        text = "+".join(status_names(code & ~ADAPT_CAP) +
+                        (["iteration_cap"] if code & ADAPT_CAP else [])).replace("ok+", "")
+        t = together[j]
+        rows.append(SharingRow(policy, collective.name, collective.gpus, alone, t,
+                               t / alone if alone and t is not None else None, mixes, text))
     return rows
 
 
@@ -703,20 +755,20 @@ def analyze(scenario: Scenario, *, trace: bool = False,
                 if progress is not None:
                     progress(f"{policy}: {collective.name} ({phase.name})", done, total)
                 outcomes.append(solve_policy_phase(
-                    policy, scenario, fabric, phase.flows, (item, index), trace=trace,
+                    policy, scenario, fabric, phase.flows, (collective.stream, index),
+                    trace=trace,
                     progressive=simulate_phase(scenario, phase.flows, policy)))
                 done += 1
             baseline[(policy, item)] = outcomes
             records.append(_collective_record(policy, collective, outcomes, fabric, scenario))
     sharing = None
-    jobs = [(item, c) for item, c in enumerate(collectives) if c.job]
+    jobs = [c for c in collectives if c.job]
     if len(jobs) > 1:
-        alone = {(r.policy, r.workload): r.completion_s for r in records}
         sharing = []
         for policy in scenario.policies:
             if progress is not None:
                 progress(f"{policy}: {len(jobs)} jobs sharing the fabric", done, total)
-            sharing += sharing_rows(policy, scenario, fabric, jobs, alone)
+            sharing += sharing_rows(policy, scenario, fabric, jobs)
     study = reliability = None
     if scenario.failures is not None or scenario.reliability is not None:
         from fabricjax.resilience import failure_study, reliability_whatif

@@ -73,13 +73,15 @@ def slots_per_flow(policy: str, scenario: Scenario) -> int:
     return planes * geom.spines
 
 
-def phase_flows(item, fabric_gpus: int) -> int:
+def phase_flows(item, fabric_gpus: int, traffic_flows: int | None = None) -> int:
     """The most concurrent flows of one phase of a workload item or job of J GPUs: J for a
     permutation, a ring or halving-doubling step and send-recv, J - 1 for incast, 4(J - 1)
-    for the double tree, J(J - 1) for an all-to-all. A traffic file is counted as J (its size
-    is known only once read; the solve refuses what does not fit)."""
+    for the double tree, J(J - 1) for an all-to-all, the file's flows for a traffic matrix
+    (counted when the scenario was loaded; J if unknown)."""
     j = job_size(item, fabric_gpus)
     kind = item.collective
+    if kind == "traffic":
+        return traffic_flows if traffic_flows is not None else j
     if kind == "all-to-all":
         return j * (j - 1)
     if kind == "all-reduce" and item.algorithm == "tree":
@@ -87,12 +89,27 @@ def phase_flows(item, fabric_gpus: int) -> int:
     return j - 1 if kind == "incast" else j
 
 
+def phase_candidates(scenario: Scenario) -> list[tuple[int, bool, bool]]:
+    """(flows, may_aggregate, alone) of the largest phase of every workload item and job,
+    plus the jobs' phases all at once (never aggregated) when jobs share the fabric. Only
+    phases whose flows all send the same bytes from the start can be solved as classes."""
+    n = scenario.fabric.gpus
+    counts = getattr(scenario, "_traffic_flows", None) or {}
+    out = []
+    for section, i, item in scenario.items:
+        flows = phase_flows(item, n, counts.get((section, i)))
+        uniform = item.collective != "traffic" and not (
+            item.collective == "all-to-all" and item.skew > 0)
+        out.append((flows, uniform, True))
+    if len(scenario.jobs) > 1:
+        out.append((sum(phase_flows(job, n, counts.get(("jobs", i)))
+                        for i, job in enumerate(scenario.jobs)), False, False))
+    return out
+
+
 def max_flows(scenario: Scenario) -> int:
     """The most concurrent flows of any phase (jobs sharing the fabric: all of theirs)."""
-    n = scenario.fabric.gpus
-    alone = max((phase_flows(item, n) for item in scenario.workload), default=0)
-    together = sum(phase_flows(job, n) for job in scenario.jobs)
-    return max(alone, together)
+    return max(flows for flows, _, _ in phase_candidates(scenario))
 
 
 def aggregated(scenario: Scenario, policy: str, flows: int) -> bool:
@@ -119,14 +136,20 @@ def estimate_memory(scenario: Scenario) -> MemoryEstimate:
     geom = clos_geometry(scenario.fabric)
     flows = max_flows(scenario)
     fabric = BYTES_PER_LINK * (geom.num_links + 1)
-    solves = {policy: (aggregated_bytes(scenario, policy, flows, geom)
-                       if aggregated(scenario, policy, flows)
-                       else BYTES_PER_SLOT[policy] * flows * slots_per_flow(policy, scenario))
+    candidates = phase_candidates(scenario)
+
+    def solve_bytes(policy: str, flows: int, uniform: bool) -> float:
+        if uniform and aggregated(scenario, policy, flows):
+            return aggregated_bytes(scenario, policy, flows, geom)
+        return BYTES_PER_SLOT[policy] * flows * slots_per_flow(policy, scenario)
+
+    solves = {policy: max(solve_bytes(policy, f, u) for f, u, _ in candidates)
               for policy in scenario.policies}
     policy = max(solves, key=solves.get)
     records = 0
-    if scenario.failures is not None:
-        records = _failure_study_bytes(scenario, geom, flows)
+    if scenario.failures is not None:   # failure sets run each item alone
+        records = _failure_study_bytes(scenario, geom,
+                                       max(f for f, _, alone in candidates if alone))
     runtime = RUNTIME_BYTES + sum(COMPILED_BYTES[p] for p in scenario.policies) * (
         2 if scenario.failures is not None else 1)
     total = runtime + fabric + solves[policy] + records

@@ -143,10 +143,17 @@ def flow_table(report: Report) -> Table | None:
     for r in rows:
         events = f"{r.events:,}" if r.events is not None else (
             f"{r.aggregated_classes:,} classes" if r.aggregated_classes else "—")
+
+        def simulated(value: float | None) -> str:
+            # None: a stalled flow, or no simulation (aggregated, or over the auto limit)
+            if value is None and (r.events is None or r.stalled_flows == 0):
+                return "—"
+            return format_seconds(value)
+
         table.add_row(r.policy, escape(r.workload), escape(r.algorithm or r.collective),
-                      format_seconds(r.completion_s), format_seconds(r.progressive_s),
-                      format_seconds(r.fct_p50_s), format_seconds(r.fct_p99_s),
-                      format_seconds(r.fct_max_s), events)
+                      format_seconds(r.completion_s), simulated(r.progressive_s),
+                      simulated(r.fct_p50_s), simulated(r.fct_p99_s), simulated(r.fct_max_s),
+                      events)
     return table
 
 

@@ -282,7 +282,8 @@ def null_set_outcome(fabric: Fabric, sets: int) -> SetOutcome:
                       ideal_time=np.zeros(sets, np.float32), stalled=zeros,
                       stalled_flows=np.full((sets, STALLED_SHOWN), -1, np.int32),
                       min_rate=np.full(sets, np.inf, np.float32), rounds=zeros, status=zeros,
-                      affected=zeros, iterations=zeros, adapt_status=zeros)
+                      affected=zeros, iterations=zeros, adapt_status=zeros,
+                      residual=np.zeros(sets, np.float32))
 
 
 def failure_study(scenario: Scenario, fabric: Fabric, collectives: list[Collective],
@@ -317,7 +318,7 @@ def failure_study(scenario: Scenario, fabric: Fabric, collectives: list[Collecti
                     continue
                 results.append(solve_failure_sets(
                     policy, scenario, fabric, phase.flows, baseline[(policy, item)][index],
-                    batch, (item, index), advance))
+                    batch, (collective.stream, index), advance))
             ideal = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time)))
                         for p, o in zip(collective.phases, baseline[(policy, item)]))
             recs, summary = _collective_sets(policy, collective, results, fabric, scenario,

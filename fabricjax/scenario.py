@@ -240,7 +240,7 @@ class SolverConfig(_Strict):
     (1 + `event_batch`) of the next one share an event. `auto`: for phases of up to 2^22
     (flow, path) pairs (32k flows x 128 EVs), where it costs seconds, not minutes.
     `aggregate`: solve uniform phases (all-to-all) as (source T0, destination T0) classes —
-    `auto` when flow by flow would not fit (more than 2^27 flow-path pairs)."""
+    `auto` when flow by flow would not fit (more than 2^25 flow-path pairs)."""
 
     eps: float = Field(0.01, ge=0.0, le=0.5)
     max_rounds: int = Field(2000, ge=1, le=1_000_000)
@@ -374,6 +374,8 @@ class Scenario(_Strict):
 
     # the scenario file's folder, for traffic files (set by load_scenario; not a field)
     _base_dir: Path | None = PrivateAttr(default=None)
+    # flows of each traffic file, {(section, index): count}, for the memory estimate
+    _traffic_flows: dict = PrivateAttr(default_factory=dict)
 
     @field_validator("policies")
     @classmethod
@@ -771,5 +773,6 @@ def with_overrides(scenario: Scenario, **fields: Any) -> Scenario:
     data.update({k: v for k, v in fields.items() if v is not None})
     out = parse_scenario(data)
     out._base_dir = scenario._base_dir
+    out._traffic_flows = dict(scenario._traffic_flows)
     return out
 

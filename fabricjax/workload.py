@@ -33,6 +33,7 @@ from fabricjax.scenario import (AllGatherConfig, AllReduceConfig, AllToAllConfig
                                 job_size, two_tier_ports)
 
 GBIT_PER_BYTE = 8e-9
+JOB_STREAM = 1 << 20
 # Flow-by-flow arrays beyond this many flows in one phase are refused (an all-to-all over
 # 8,192 GPUs has 67M); int32 ids, float64 sizes: about 1 GiB of host memory at the limit.
 MAX_PHASE_FLOWS = 2**26
@@ -61,7 +62,8 @@ class Flows:
 class Phase:
     """`flows` (the fabric's) run at once, `repeat` times in a row. `scaleup_time`: seconds the
     phase's scale-up flows need (0 without any); `hops`: links on the phase's longest path
-    (4 across the spines, 2 within a T0 or server, 0 for no flow), for the per-hop latency."""
+    (4 across the spines, 2 within a T0 or server, 0 for no flow), for the per-hop latency;
+    `latency_steps`: how many step latencies one repeat pays."""
 
     flows: Flows
     repeat: int
@@ -69,6 +71,7 @@ class Phase:
     scaleup_time: float = 0.0
     scaleup_flows: int = 0
     hops: int = 4
+    latency_steps: int = 1   # step latencies one repeat pays (a pipelined tree: 2 x depth)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +87,8 @@ class Collective:
     algorithm: str = ""
     job: bool = False              # a job (shares the fabric with the other jobs)
     gpu_ids: np.ndarray | None = None
+    stream: int = 0                # random-stream id of its path draws: workload item i: i,
+                                   # job i: JOB_STREAM + i (adding an item moves no job's draws)
 
     @property
     def steps(self) -> int:
@@ -116,12 +121,11 @@ def _phase(src: np.ndarray, dst: np.ndarray, size: Any, repeat: int, name: str,
     if servers.scaleup_gbps > 0:
         inside = (src // servers.gpus_per_server) == (dst // servers.gpus_per_server)
         if np.any(inside):
+            # a non-blocking switch: the busiest GPU port (bytes out or in) sets the time
             s, d, b = src[inside], dst[inside], size[inside]
-            out_deg = np.bincount(s)[s]
-            in_deg = np.bincount(d)[d]
-            rate = servers.scaleup_gbps / np.maximum(out_deg, in_deg)
-            begin = 0.0 if start is None else flows.start[inside]
-            scaleup_time = float(np.max(begin + b * GBIT_PER_BYTE / rate))
+            busiest = max(np.bincount(s, weights=b).max(), np.bincount(d, weights=b).max())
+            begin = 0.0 if start is None else float(flows.start[inside].max())
+            scaleup_time = begin + float(busiest) * GBIT_PER_BYTE / servers.scaleup_gbps
             scaleup_flows = int(inside.sum())
             flows = flows.take(~inside)
     t0 = servers.gpus_per_t0
@@ -285,6 +289,16 @@ def binary_tree_parents(n: int) -> np.ndarray:
     return np.where(r == 0, -1, up)
 
 
+def tree_depth(parents: np.ndarray) -> int:
+    """Edges on the longest root-to-leaf path of a tree given as parent indices (-1: root)."""
+    depth = np.zeros(parents.shape[0], dtype=np.int64)
+    node = parents.copy()
+    while np.any(node >= 0):   # one pass per tree level: log2 N passes, not per rank
+        depth += node >= 0
+        node = np.where(node >= 0, parents[np.maximum(node, 0)], -1)
+    return int(depth.max())
+
+
 def double_tree_parents(n: int) -> tuple[np.ndarray, np.ndarray]:
     """The two trees of NCCL's double binary tree: the second is the first mirrored (N even)
     or shifted by one (N odd), so most ranks are a leaf in one tree and inside the other."""
@@ -313,6 +327,9 @@ def double_tree(gpus: np.ndarray, size: float, *, order: str, rng: np.random.Gen
         dst += [ranks[parents[child]], ranks[child]]
     phase = _phase(np.concatenate(src), np.concatenate(dst), size / 2, 1, "double tree",
                    servers)
+    # a chunk climbs the deeper tree and comes back down before the pipeline drains
+    phase = dataclasses.replace(phase, latency_steps=2 * max(
+        tree_depth(parents) for parents in double_tree_parents(n)))
     return Collective(name, "all-reduce", n, float(size), (phase,),
                       busbw_factor=2.0 * (n - 1) / n, algorithm="tree", gpu_ids=gpus)
 
@@ -329,7 +346,7 @@ def all_to_all(gpus: np.ndarray, size: float, *, skew: float, rng: np.random.Gen
     `skew` > 0 size x p_d to destination d, p over a seeded random ranking of the GPUs falling
     as rank^-skew (hot experts); a GPU's own share stays local. One phase of N(N-1) flows."""
     n = gpus.shape[0]
-    _check_flow_count(n * (n - 1), field)
+    _check_flow_count(n * (n - 1), f"{field}.gpus")
     r = np.arange(n, dtype=np.int64)
     src = np.repeat(r, n - 1)
     offset = np.tile(np.arange(1, n, dtype=np.int64), n)
@@ -358,8 +375,10 @@ def incast(gpus: np.ndarray, size: float, *, name: str, servers: _Servers) -> Co
 
 def send_recv(gpus: np.ndarray, size: float, *, direction: str, name: str,
               servers: _Servers) -> Collective:
-    """Pairs (rank 2i, rank 2i+1) send `size` bytes, one way or both; busbw = algbw."""
-    a, b = gpus[0::2], gpus[1::2]
+    """Pairs (rank i, rank i + N/2) send `size` bytes, one way or both (a pipeline-parallel
+    boundary between the job's two halves); busbw = algbw."""
+    half = gpus.shape[0] // 2
+    a, b = gpus[:half], gpus[half:]
     src, dst = (np.concatenate([a, b]), np.concatenate([b, a])) if direction == "both" else (a, b)
     phase = _phase(src, dst, size, 1, "send-recv", servers)
     return Collective(name, "send-recv", gpus.shape[0], float(size), (phase,),
@@ -386,8 +405,9 @@ def check_traffic_files(scenario: Scenario) -> None:
     is built or computed (ScenarioError naming the field, file and line)."""
     for section, i, item in scenario.items:
         if isinstance(item, TrafficConfig):
-            load_item_traffic(item, scenario._base_dir, job_size(item, scenario.fabric.gpus),
-                              f"{section}[{i}]")
+            matrix = load_item_traffic(item, scenario._base_dir,
+                                       job_size(item, scenario.fabric.gpus), f"{section}[{i}]")
+            scenario._traffic_flows[(section, i)] = matrix.num_flows
 
 
 def traffic(gpus: np.ndarray, item: TrafficConfig, base_dir: Path | None, *, name: str,
@@ -442,8 +462,9 @@ def build_workload(scenario: Scenario, rng: np.random.Generator) -> list[Collect
     for i, item in enumerate(scenario.workload):
         gpus = job_gpus(item, n, scenario.seed, i)
         name = item.name or f"{item.collective}#{i}"
-        out.append(build_collective(item, gpus, name=name, rng=rng, servers=servers,
-                                    field=f"workload[{i}]", base_dir=scenario._base_dir))
+        collective = build_collective(item, gpus, name=name, rng=rng, servers=servers,
+                                      field=f"workload[{i}]", base_dir=scenario._base_dir)
+        out.append(dataclasses.replace(collective, stream=i))
     if scenario.jobs:
         free = np.ones(n, dtype=bool)
         placed: dict[int, np.ndarray] = {}
@@ -456,12 +477,15 @@ def build_workload(scenario: Scenario, rng: np.random.Generator) -> list[Collect
             placed[i] = gpus
         for i, job in enumerate(scenario.jobs):
             name = job.name or f"job{i}-{job.collective}"
-            collective = build_collective(job, placed[i], name=name, rng=rng, servers=servers,
-                                          field=f"jobs[{i}]", base_dir=scenario._base_dir)
-            out.append(dataclasses.replace(collective, job=True))
-    names = [c.name for c in out]
-    for c in out:
-        if names.count(c.name) > 1:
-            raise ScenarioError("jobs" if c.job else "workload",
-                                f"two items are named {c.name!r}; names must be unique")
+            job_rng = np.random.default_rng([scenario.seed, 7, i])   # its own stream
+            collective = build_collective(job, placed[i], name=name, rng=job_rng,
+                                          servers=servers, field=f"jobs[{i}]",
+                                          base_dir=scenario._base_dir)
+            out.append(dataclasses.replace(collective, job=True, stream=JOB_STREAM + i))
+    seen: set[str] = set()
+    for c, (section, i, _) in zip(out, scenario.items):
+        if c.name in seen:
+            raise ScenarioError(f"{section}[{i}].name", f"{c.name!r} names an earlier item "
+                                "too; allowed: a name no other workload item or job has")
+        seen.add(c.name)
     return out

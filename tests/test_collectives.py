@@ -262,18 +262,19 @@ def test_hierarchical_needs_equal_gpus_per_server():
 def _two_job_reference(policy, scen, fabric, jobs):
     """Two single-phase jobs by hand: solve the mix, run until the first ends its phase, then
     the other alone for the rest of its steps (what sharing_rows must do)."""
-    (ia, a), (ib, b) = jobs
+    from fabricjax.analysis import initial_slots
+
+    a, b = jobs
     pa, pb = a.phases[0], b.phases[0]
     exact = scen.model_copy(update={"solver": scen.solver.model_copy(
         update={"eps": 0.0, "rates": "full"})})
 
-    def alone(item, phase):
-        out = solve_policy_phase(policy, exact, fabric, phase.flows, (item, 0))
+    def alone(collective, phase):
+        out = solve_policy_phase(policy, exact, fabric, phase.flows, (collective.stream, 0))
         return float(out.result.phase_time)
 
-    from fabricjax.analysis import initial_slots
-    sa = initial_slots(policy, exact, fabric, pa.flows, (ia, 0))
-    sb = initial_slots(policy, exact, fabric, pb.flows, (ib, 0))
+    sa = initial_slots(policy, exact, fabric, pa.flows, (a.stream, 0))
+    sb = initial_slots(policy, exact, fabric, pb.flows, (b.stream, 0))
     mix = Flows(np.concatenate([pa.flows.src, pb.flows.src]),
                 np.concatenate([pa.flows.dst, pb.flows.dst]),
                 np.concatenate([pa.flows.size, pb.flows.size]))
@@ -285,9 +286,10 @@ def _two_job_reference(policy, scen, fabric, jobs):
     step_a = float(np.max(pa.flows.size * 8e-9 / rates[:fa]))
     step_b = float(np.max(pb.flows.size * 8e-9 / rates[fa:]))
     ta, tb = pa.repeat * step_a, pb.repeat * step_b
+    alone_a, alone_b = pa.repeat * alone(a, pa), pb.repeat * alone(b, pb)
     if ta <= tb:
-        return ta, ta + (pb.repeat - ta / step_b) * alone(ib, pb)
-    return tb + (pa.repeat - tb / step_a) * alone(ia, pa), tb
+        return (ta, ta + (pb.repeat - ta / step_b) * alone(b, pb)), (alone_a, alone_b)
+    return (tb + (pa.repeat - tb / step_a) * alone(a, pa), tb), (alone_a, alone_b)
 
 
 @pytest.mark.parametrize("policy", ["ecmp", "spray"])
@@ -299,12 +301,13 @@ def test_sharing_matches_the_two_job_reference(policy):
                     fabric={"oversubscription": 3.0, "radix": 8, "gpus": 32})
     fabric = build_fabric(scen.fabric)
     cs = build_workload(scen, np.random.default_rng([scen.seed, 0]))
-    jobs_list = list(enumerate(cs))
-    alone = {}
-    rows = sharing_rows(policy, scen, fabric, jobs_list, alone)
-    ta, tb = _two_job_reference(policy, scen, fabric, jobs_list)
+    rows = sharing_rows(policy, scen, fabric, cs)
+    (ta, tb), (alone_a, alone_b) = _two_job_reference(policy, scen, fabric, cs)
     assert rows[0].together_s == pytest.approx(ta, rel=1e-5)
     assert rows[1].together_s == pytest.approx(tb, rel=1e-5)
+    assert rows[0].alone_s == pytest.approx(alone_a, rel=1e-5)
+    assert rows[1].alone_s == pytest.approx(alone_b, rel=1e-5)
+    assert rows[0].together_s > rows[0].alone_s or rows[1].together_s > rows[1].alone_s
 
 
 def test_isolated_jobs_are_not_slowed_and_shared_ones_are():
@@ -331,3 +334,54 @@ def test_one_job_or_workload_only_has_no_sharing_table():
     assert analyze(scenario([{"collective": "permutation"}])).sharing is None
     assert analyze(scenario(None, jobs=[{"collective": "permutation", "gpus": 8}])).sharing \
         is None
+
+
+def test_failure_study_of_a_phase_inside_servers():
+    """A hierarchical ring's in-server phases have no fabric flow: failure sets leave them
+    alone, and the sets' completions still add their scale-up time."""
+    scen = scenario([{"collective": "all-reduce", "hierarchical": True, "size": 16 * MIB}],
+                    fabric={"scaleup_gbps": 1000.0}, policies=["spray", "ecmp"],
+                    failures={"links": 2, "samples": 3, "seed": 1})
+    report = analyze(scen)
+    for summary, record in zip(report.failures.summaries, report.records):
+        assert summary.sets == 3
+        assert summary.completion_s["p50"] >= record.completion_s * (1 - 1e-6)
+
+
+def test_tree_pays_its_depth_in_latency_not_one_step():
+    """A pipelined tree's chunk climbs and descends the deeper tree: 2 x depth step latencies
+    (depth 5 for 32 ranks: log2 32)."""
+    item = [{"collective": "all-reduce", "algorithm": "tree", "size": MIB}]
+    base, slow = scenario(item), scenario(item, solver={"step_latency_us": 1.0})
+    (a,), (b,) = analyze(base).records, analyze(slow).records
+    assert b.completion_s - a.completion_s == pytest.approx(2 * 5 * 1e-6, rel=1e-6)
+
+
+def test_incast_ideal_is_bound_by_the_receiver():
+    (record,) = analyze(scenario([{"collective": "incast", "size": MIB, "gpus": 9}],
+                                 fabric={"planes": 1})).records
+    assert record.slowdown == pytest.approx(1.0, rel=1e-5)
+
+
+def test_cli_prints_flow_and_sharing_tables_and_writes_them(tmp_path):
+    """The command line shows the flow-level table and the job-isolation table, and the JSON
+    carries the same figures (every number finite or null)."""
+    import json
+
+    from test_cli import fabricjax
+
+    (tmp_path / "jobs.yaml").write_text(
+        "fabric: {gpus: 32, planes: 2, radix: 8, gpus_per_server: 4, scaleup_gbps: 400}\n"
+        "jobs:\n"
+        "  - {name: train, collective: all-reduce, hierarchical: true, gpus: 16, size: 8MiB}\n"
+        "  - {name: moe, collective: all-to-all, skew: 1.0, gpus: 8, placement: strided,\n"
+        "     size: 8MiB}\n"
+        "policies: [ecmp, spray]\nspray: {evs: 8}\n")
+    proc = fabricjax("analyze", "jobs.yaml", "--json", "out.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Jobs sharing the fabric" in proc.stdout and "Flow level" in proc.stdout
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert {r["job"] for r in report["sharing"]} == {"train", "moe"}
+    moe = [r for r in report["results"] if r["workload"] == "moe"]
+    assert all(r["progressive_s"] <= r["completion_s"] * (1 + 1e-6) for r in moe)
+    assert all(r["fct_p50_s"] <= r["fct_p99_s"] <= r["fct_max_s"] for r in moe)
