@@ -304,6 +304,41 @@ def topo(
         out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
 
 
+@app.command()
+def export(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.",
+                                             metavar="SCENARIO.yaml")],
+    output: Annotated[str, typer.Argument(
+        help="File to write: .csv (src,dst,bytes,start) or htsim's connection matrix "
+        "(any other name, e.g. .cm).", metavar="OUT")],
+    item: Annotated[Optional[str], typer.Option(
+        metavar="NAME", help="The workload item or job to export (default: the only one).")
+    ] = None,
+    phase: Annotated[Optional[int], typer.Option(
+        metavar="K", help="Which phase, for collectives with several different ones "
+        "(halving-doubling steps, hierarchical rings); a ring's one repeated step is 0.")
+    ] = None,
+) -> None:
+    """Write one phase of a workload item's flows as a traffic matrix (GPU ids of the fabric,
+    every flow including those inside servers), for htsim or `collective: traffic`."""
+    config = _load(scenario)
+    _check_output(output, "OUT", scenario)
+    from fabricjax.errors import ScenarioError
+    from fabricjax.traffic import write_csv, write_htsim
+    from fabricjax.workload import export_matrix
+
+    try:
+        matrix = export_matrix(config, item, phase)
+        if output.lower().endswith(".csv"):
+            write_csv(Path(output), matrix, field="OUT")
+        else:
+            write_htsim(Path(output), matrix, config.fabric.gpus, field="OUT")
+    except ScenarioError as error:
+        _fail(str(error.with_source(str(scenario))))
+    out.print(f"wrote {matrix.num_flows:,} flows of {escape(matrix.source)} to "
+              f"{escape(_printable(output))}", highlight=False)
+
+
 def main() -> None:
     try:
         app()

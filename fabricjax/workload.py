@@ -489,3 +489,38 @@ def build_workload(scenario: Scenario, rng: np.random.Generator) -> list[Collect
                                 "too; allowed: a name no other workload item or job has")
         seen.add(c.name)
     return out
+
+
+def export_matrix(scenario: Scenario, item: str | None, phase: int | None):
+    """One phase of a workload item or job as a traffic matrix (fabricjax.traffic.
+    TrafficMatrix over fabric GPU ids), every flow included (scale-up ones too), for
+    `fabricjax export`. `item`: its name (default: the only one); `phase`: its index (required
+    when the collective has several different phases; a ring's one step repeats)."""
+    from fabricjax.traffic import TrafficMatrix
+
+    flat = scenario.model_copy(update={"fabric": scenario.fabric.model_copy(
+        update={"scaleup_gbps": 0.0})})
+    flat._base_dir = scenario._base_dir
+    collectives = build_workload(flat, np.random.default_rng([scenario.seed, 0]))
+    names = [c.name for c in collectives]
+    if item is None and len(collectives) > 1:
+        raise ScenarioError("--item", f"the scenario has {len(names)} items; allowed: "
+                            f"{', '.join(names)}")
+    if item is not None and item not in names:
+        raise ScenarioError("--item", f"no workload item or job is named {item!r}; allowed: "
+                            f"{', '.join(names)}")
+    collective = collectives[names.index(item) if item is not None else 0]
+    count = len(collective.phases)
+    if phase is None and count > 1:
+        raise ScenarioError("--phase", f"{collective.name} has {count} different phases ("
+                            f"{', '.join(p.name for p in collective.phases)}); allowed: "
+                            f"--phase 0..{count - 1}")
+    index = phase or 0
+    if not 0 <= index < count:
+        raise ScenarioError("--phase", f"{collective.name} has {count} phase(s); allowed: "
+                            f"0..{count - 1}")
+    flows = collective.phases[index].flows
+    start = flows.start if flows.start is not None else np.zeros(flows.num_flows)
+    return TrafficMatrix(src=flows.src.astype(np.int64), dst=flows.dst.astype(np.int64),
+                         size=flows.size.astype(np.float64), start=start.astype(np.float64),
+                         source=collective.name)

@@ -385,3 +385,28 @@ def test_cli_prints_flow_and_sharing_tables_and_writes_them(tmp_path):
     moe = [r for r in report["results"] if r["workload"] == "moe"]
     assert all(r["progressive_s"] <= r["completion_s"] * (1 + 1e-6) for r in moe)
     assert all(r["fct_p50_s"] <= r["fct_p99_s"] <= r["fct_max_s"] for r in moe)
+
+
+def test_export_then_import_gives_the_same_step(tmp_path):
+    """`fabricjax export` writes a phase as an htsim matrix; a `traffic` item reading it back
+    is the same step: same flows, and the same time as one step of the collective."""
+    from test_cli import assert_one_line_error, fabricjax
+
+    (tmp_path / "ring.yaml").write_text(
+        "fabric: {gpus: 32, planes: 2, radix: 8}\nseed: 5\n"
+        "workload: [{name: ring, collective: all-reduce, order: random, size: 32MiB}]\n"
+        "policies: [spray]\nspray: {evs: 8}\n")
+    proc = fabricjax("export", "ring.yaml", "step.cm", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "back.yaml").write_text(
+        "fabric: {gpus: 32, planes: 2, radix: 8}\nseed: 5\n"
+        "workload: [{name: step, collective: traffic, file: step.cm}]\n"
+        "policies: [spray]\nspray: {evs: 8}\n")
+    from fabricjax.scenario import load_scenario
+
+    ring = analyze(load_scenario(tmp_path / "ring.yaml")).records[0]
+    step = analyze(load_scenario(tmp_path / "back.yaml")).records[0]
+    assert step.completion_s == pytest.approx(ring.completion_s / ring.steps, rel=1e-6)
+    proc = fabricjax("export", "ring.yaml", "x.cm", "--item", "nope", cwd=tmp_path)
+    assert_one_line_error(proc, "--item", "ring")
+    assert not (tmp_path / "x.cm").exists()
