@@ -2,8 +2,11 @@
 
 Entry points: `load_scenario` (YAML -> validated Scenario, exported here);
 `fabricjax.analysis.analyze` (Scenario -> Report); `fabricjax.fabric.build_fabric` and
-`fabric_summary` (topology); the jitted core in `fabricjax.solver`, `fabricjax.mrc` and
-`fabricjax.optimal`. This package's top level does not import JAX, so `--help` stays instant.
+`fabric_summary` (topology); `fabricjax.workload` (collectives, placement, jobs);
+`fabricjax.traffic` (CSV / .npz / htsim matrices in and out); the jitted core in
+`fabricjax.solver`, `fabricjax.mrc`, `fabricjax.optimal`, `fabricjax.progressive` (flow-level
+completion) and `fabricjax.aggregate` (all-to-all classes). This package's top level does not
+import JAX, so `--help` stays instant.
 """
 
 __version__ = "0.1.0"

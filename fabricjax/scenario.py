@@ -237,8 +237,8 @@ class SolverConfig(_Strict):
     `progressive`: also simulate each phase flow by flow (finished flows release their
     bandwidth and rates are re-solved) for the progressive completion time and the flow
     completion times; at most `max_events` re-solves per phase, completions within a factor
-    (1 + `event_batch`) of the next one share an event. `auto`: for phases of up to 2^22
-    (flow, path) pairs (32k flows x 128 EVs), where it costs seconds, not minutes.
+    (1 + `event_batch`) of the next one share an event. `auto`: for phases of up to 32,768
+    flows and 2^22 (flow, path) pairs, where it costs seconds, not minutes.
     `aggregate`: solve uniform phases (all-to-all) as (source T0, destination T0) classes —
     `auto` when flow by flow would not fit (more than 2^25 flow-path pairs)."""
 
