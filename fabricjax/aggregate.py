@@ -43,7 +43,7 @@ import numpy as np
 
 from fabricjax.fabric import ClosGeometry
 from fabricjax.solver import (
-    GBIT_PER_BYTE, STATUS_OK, STATUS_STALLED, PhaseResult, link_statistics,
+    GBIT_PER_BYTE, STATUS_OK, STATUS_STALLED, PhaseResult, link_statistics, utilisation_cdf,
 )
 
 POLICIES = ("spray", "ecmp")
@@ -244,7 +244,7 @@ def solve_class_phase(geom: ClosGeometry, src_t0, dst_t0, class_flows, class_slo
     used = growth > 0
     share = jnp.where(used, capacity / jnp.where(used, growth, f32(1.0)), jnp.inf)
     host, fabric = P * N, P * T * S
-    gpu_t0 = jnp.arange(N) // geom.gpus_per_t0
+    gpu_t0 = geom.t0_of(jnp.arange(N))
 
     def nic_share_per_t0(part):   # [P * N] -> [T]: the tightest NIC port under each T0
         return jax.ops.segment_min(part.reshape(P, N).min(axis=0), gpu_t0, num_segments=T)
@@ -282,7 +282,7 @@ def solve_class_phase(geom: ClosGeometry, src_t0, dst_t0, class_flows, class_slo
         stats=stats, top_links=top_links.astype(jnp.int32), top_util=top_util,
         total_load=jnp.sum(load), rates=rates, phase_time=phase_time.astype(f32),
         ideal_time=ideal_time.astype(f32), stalled=stalled, rounds=jnp.int32(1),
-        status=status)
+        status=status, cdf=utilisation_cdf(utilisation, usable))
     return result, load
 
 

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from fabricjax.scenario import FabricConfig, check_fabric, two_tier_ports
+from fabricjax.scenario import FabricConfig, check_fabric, t0_count, two_tier_ports
 
 TIER_NAMES = ("gpu-t0", "t0-t1", "t1-t0", "t0-gpu")
 NUM_TIERS = len(TIER_NAMES)
@@ -42,6 +42,7 @@ class ClosGeometry:
     spines: int
     port_gbps: float
     radix: int
+    rail_width: int = 1     # > 1: rail-optimised, GPU i of every server on rail T0 i
 
     @property
     def tier_sizes(self) -> tuple[int, int, int, int]:
@@ -71,7 +72,13 @@ class ClosGeometry:
         return self.gpus + self.planes * (self.t0s + self.spines)
 
     def t0_of(self, gpu):
-        return gpu // self.gpus_per_t0
+        """The T0 (within a plane) of GPU ids (numpy or jax integers). In GPU order T0 t
+        serves GPUs tD .. tD+D-1; rail-optimised with servers of w GPUs, each group of D
+        servers gets w T0s and local rank r of every server in it goes to the group's r-th."""
+        if self.rail_width == 1:
+            return gpu // self.gpus_per_t0
+        w = self.rail_width
+        return (gpu // (w * self.gpus_per_t0)) * w + gpu % w
 
     # link ids, valid for numpy and jax.numpy integer arrays alike
     def gpu_up(self, plane, gpu):
@@ -126,14 +133,16 @@ class Fabric:
 def clos_geometry(cfg: FabricConfig) -> ClosGeometry:
     check_fabric(cfg)
     down, up = two_tier_ports(cfg)
+    rail = cfg.gpus_per_server if cfg.rail_optimised else 1
     return ClosGeometry(
         gpus=cfg.gpus,
         planes=cfg.planes,
         gpus_per_t0=down,
-        t0s=math.ceil(cfg.gpus / down),
+        t0s=t0_count(cfg.gpus, down, rail),
         spines=up,
         port_gbps=float(cfg.port_gbps),
         radix=cfg.radix,
+        rail_width=rail,
     )
 
 
@@ -143,7 +152,7 @@ def build_fabric(cfg: FabricConfig) -> Fabric:
     N, P, T, S = g.gpus, g.planes, g.t0s, g.spines
     gpu = np.tile(np.arange(N, dtype=np.int64), P)
     gplane = np.repeat(np.arange(P, dtype=np.int64), N)
-    gpu_t0_node = N + gplane * T + gpu // g.gpus_per_t0
+    gpu_t0_node = N + gplane * T + g.t0_of(gpu)
     pt, spine = np.divmod(np.arange(P * T * S, dtype=np.int64), S)
     fplane, t0 = np.divmod(pt, T)
     t0_node = N + fplane * T + t0
@@ -182,6 +191,7 @@ def fabric_summary(cfg: FabricConfig) -> dict:
         "nic_gbps": g.nic_gbps,
         "radix": g.radix,
         "tiers": 2,
+        "rail_optimised": g.rail_width > 1,
         "t0_down_ports": g.gpus_per_t0,
         "t0_up_ports": g.spines,
         "oversubscription": cfg.oversubscription,

@@ -53,6 +53,9 @@ class FabricConfig(_Strict):
     # that scale-up domain and never touches the fabric; 0: no scale-up domain.
     gpus_per_server: int = Field(8, ge=1, le=1024)
     scaleup_gbps: float = Field(0.0, ge=0.0, le=MAX_RATE_GBPS)
+    # rail-optimised T0s: GPU i of every server is cabled to rail switch i (a T0 serves one
+    # local rank of D servers) instead of a T0 serving D consecutive GPUs
+    rail_optimised: bool = False
 
     @field_validator("port_gbps", mode="before")
     @classmethod
@@ -355,6 +358,36 @@ class ReliabilityConfig(_Strict):
     hours: float = Field(24.0, gt=0.0, le=1e6)
 
 
+class BomConfig(_Strict):
+    """Bill-of-materials assumptions (`fabricjax topo`, sweeps): see fabricjax.bom for the
+    sources. switch_watts_51t: W of a 51.2 Tbit/s switch without optics (others scale with
+    radix x port rate); switch_watts: one flat figure per switch instead; optic_watts: W per
+    pluggable module by its speed in Gbit/s (merged into the defaults); module_gbps and
+    module_lanes: a module's capacity and lanes (800G OSFP, 8 x 100G breakout); host_links:
+    optics or copper between NICs and T0s; copper_watts_per_end: W per copper cable end."""
+
+    switch_watts_51t: float = Field(2000.0, ge=0.0, le=1e6)
+    switch_watts: float | None = Field(None, ge=0.0, le=1e6)
+    optic_watts: dict[float, float] = {}
+    module_gbps: float = Field(800.0, ge=1.0, le=1e5)
+    module_lanes: int = Field(8, ge=1, le=64)
+    host_links: Literal["optics", "copper"] = "optics"
+    copper_watts_per_end: float = Field(0.0, ge=0.0, le=1e4)
+
+    @field_validator("optic_watts")
+    @classmethod
+    def _watts(cls, value: dict) -> dict:
+        bad = [k for k, v in value.items() if not (k > 0 and 0 <= v <= 1e4)]
+        if bad:
+            raise ValueError(f"allowed: module speed (Gbit/s) > 0 -> watts 0 .. 10000 "
+                             f"(got {bad[0]:g}: {value[bad[0]]:g})")
+        return value
+
+    def overrides(self) -> dict:
+        """The fields set away from the defaults, as fabricjax.bom.assumptions takes them."""
+        return self.model_dump(exclude_defaults=True)
+
+
 class Scenario(_Strict):
     name: str = "scenario"
     seed: int = Field(0, ge=0, le=2**31 - 1)
@@ -371,6 +404,7 @@ class Scenario(_Strict):
     solver: SolverConfig = SolverConfig()
     failures: FailuresConfig | None = None
     reliability: ReliabilityConfig | None = None
+    bom: BomConfig = BomConfig()
 
     # the scenario file's folder, for traffic files (set by load_scenario; not a field)
     _base_dir: Path | None = PrivateAttr(default=None)
@@ -399,6 +433,12 @@ def two_tier_ports(fabric: FabricConfig) -> tuple[int, int]:
     return fabric.radix - round(up), round(up)
 
 
+def t0_count(gpus: int, down: int, rail_width: int = 1) -> int:
+    """T0s per plane: ceil(N / D) in GPU order; with rails of width w (one T0 per local rank
+    of each group of D servers), w T0s per started group."""
+    return -(-gpus // (down * rail_width)) * rail_width
+
+
 def check_fabric(fabric: FabricConfig) -> None:
     """Raise a ScenarioError for a fabric that cannot be built."""
     if fabric.radix % 2:
@@ -418,7 +458,14 @@ def check_fabric(fabric: FabricConfig) -> None:
             f"{fabric.gpus} GPUs exceed what two tiers of radix {fabric.radix} reach "
             f"({fabric.radix} T0s x {down} GPUs = {reach}); allowed: 2..{reach}",
         )
-    t0s = -(-fabric.gpus // down)
+    t0s = t0_count(fabric.gpus, down, fabric.gpus_per_server if fabric.rail_optimised else 1)
+    if fabric.rail_optimised and t0s > fabric.radix:
+        raise ScenarioError(
+            "fabric.rail_optimised",
+            f"{fabric.gpus} GPUs in servers of {fabric.gpus_per_server} need {t0s} rail T0s per "
+            f"plane, more than a spine's {fabric.radix} ports; allowed: a GPU count that fills "
+            f"whole rail groups ({fabric.gpus_per_server} x {down} GPUs), or "
+            "rail_optimised: false")
     links = 2 * fabric.planes * (fabric.gpus + t0s * up)
     if links > MAX_LINK_ID:
         raise ScenarioError(

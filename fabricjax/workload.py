@@ -97,15 +97,23 @@ class Collective:
 
 @dataclasses.dataclass(frozen=True)
 class _Servers:
-    """What phases need to know about the fabric: T0s and servers."""
+    """What phases need to know about the fabric: T0s (in GPU order, or rails of width
+    `rail_width`) and servers."""
 
     gpus_per_t0: int
     gpus_per_server: int
     scaleup_gbps: float
+    rail_width: int = 1
 
     @classmethod
     def of(cls, fabric: FabricConfig) -> "_Servers":
-        return cls(two_tier_ports(fabric)[0], fabric.gpus_per_server, fabric.scaleup_gbps)
+        return cls(two_tier_ports(fabric)[0], fabric.gpus_per_server, fabric.scaleup_gbps,
+                   fabric.gpus_per_server if fabric.rail_optimised else 1)
+
+    def t0_of(self, gpu: np.ndarray) -> np.ndarray:
+        """As fabric.ClosGeometry.t0_of (int64 GPU ids)."""
+        w, d = self.rail_width, self.gpus_per_t0
+        return (gpu // (w * d)) * w + gpu % w if w > 1 else gpu // d
 
 
 def _phase(src: np.ndarray, dst: np.ndarray, size: Any, repeat: int, name: str,
@@ -128,8 +136,8 @@ def _phase(src: np.ndarray, dst: np.ndarray, size: Any, repeat: int, name: str,
             scaleup_time = begin + float(busiest) * GBIT_PER_BYTE / servers.scaleup_gbps
             scaleup_flows = int(inside.sum())
             flows = flows.take(~inside)
-    t0 = servers.gpus_per_t0
-    cross = (flows.src.astype(np.int64) // t0) != (flows.dst.astype(np.int64) // t0)
+    cross = (servers.t0_of(flows.src.astype(np.int64)) !=
+             servers.t0_of(flows.dst.astype(np.int64)))
     hops = 4 if np.any(cross) else (2 if flows.num_flows or scaleup_flows else 0)
     return Phase(flows, repeat, name, scaleup_time, scaleup_flows, hops)
 

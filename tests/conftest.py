@@ -79,6 +79,8 @@ SMALL_CONFIGS = [
     dict(gpus=30, planes=4, radix=12, oversubscription=3),
     dict(gpus=64, planes=2, radix=16),
     dict(gpus=50, planes=1, radix=16, oversubscription=3),
+    # rail-optimised: 6 servers of 4 GPUs, GPU r of each server on rail T0 r of its group
+    dict(gpus=22, planes=2, radix=8, gpus_per_server=4, rail_optimised=True),
 ]
 
 

@@ -36,10 +36,18 @@ def reference_fabric_graph(cfg) -> nx.DiGraph:
     Edge attributes: tier (0 gpu->t0, 1 t0->t1, 2 t1->t0, 3 t0->gpu), plane, capacity."""
     down, up = reference_ports(cfg.radix, cfg.oversubscription)
     gpus_per_t0 = down
-    t0s = 0
-    while t0s * gpus_per_t0 < cfg.gpus:   # as many T0s as it takes to seat every GPU
-        t0s += 1
+    # rail-optimised: server k's GPU r (k = g // w, r = g % w) sits on rail r of its group of
+    # D servers; each started group brings w T0s
+    w = cfg.gpus_per_server if getattr(cfg, "rail_optimised", False) else 1
+    groups = 0
+    while groups * gpus_per_t0 * w < cfg.gpus:   # as many T0 groups as it takes
+        groups += 1
+    t0s = groups * w
     spines = up                            # one T1 per T0 up port
+
+    def t0_of(g: int) -> int:
+        server, rank = divmod(g, w)
+        return (server // gpus_per_t0) * w + rank
     graph = nx.DiGraph()
     for g in range(cfg.gpus):
         graph.add_node(("gpu", g))
@@ -51,7 +59,7 @@ def reference_fabric_graph(cfg) -> nx.DiGraph:
     rate = float(cfg.port_gbps)
     for p in range(cfg.planes):
         for g in range(cfg.gpus):
-            t0 = ("t0", p, g // gpus_per_t0)
+            t0 = ("t0", p, t0_of(g))
             graph.add_edge(("gpu", g), t0, tier=TIER_GPU_T0, plane=p, capacity=rate)
             graph.add_edge(t0, ("gpu", g), tier=TIER_T0_GPU, plane=p, capacity=rate)
         for t in range(t0s):

@@ -410,3 +410,19 @@ def test_export_then_import_gives_the_same_step(tmp_path):
     proc = fabricjax("export", "ring.yaml", "x.cm", "--item", "nope", cwd=tmp_path)
     assert_one_line_error(proc, "--item", "ring")
     assert not (tmp_path / "x.cm").exists()
+
+
+def test_rail_optimised_keeps_rail_rings_under_one_t0():
+    """Rail-optimised T0s: GPU r of every server hangs off rail T0 r, so the hierarchical
+    ring's rails (same local rank across servers) never touch a spine, while in GPU-order T0s
+    the same rails cross them."""
+    item = [{"collective": "all-reduce", "hierarchical": True, "size": 16 * MIB}]
+    fabric = {"gpus": 16, "planes": 2, "radix": 8, "gpus_per_server": 4,
+              "scaleup_gbps": 1000.0}
+    rails = scenario(item, fabric={**fabric, "rail_optimised": True})
+    plain = scenario(item, fabric=fabric)
+    (on_rails,), (in_order,) = analyze(rails).records, analyze(plain).records
+    assert on_rails.utilisation_by_tier["t0-t1"]["p100"] == 0.0
+    assert in_order.utilisation_by_tier["t0-t1"]["p100"] > 0.0
+    _, (c,) = build(item, fabric={**fabric, "rail_optimised": True})
+    assert all(p.hops == 2 for p in c.phases)

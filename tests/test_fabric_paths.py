@@ -83,7 +83,10 @@ def _assert_path_valid(fabric, graph, links, src, dst, plane, spine):
     """links: int[HOPS] from the library; check it against the walked reference path."""
     geom = fabric.geometry
     real = [int(l) for l in links if l != geom.sentinel]
-    same_t0 = src // geom.gpus_per_t0 == dst // geom.gpus_per_t0
+    # from the reference graph, not the geometry: rail-optimised T0s are not GPU ranges
+    here = ("gpu", src)
+    t0 = next(v for v in graph.successors(here) if graph.edges[here, v]["plane"] == plane)
+    same_t0 = graph.has_edge(t0, ("gpu", dst))
     assert len(real) == (2 if same_t0 else 4)
     # sentinel padding only at the end
     assert list(links[:len(real)]) == real

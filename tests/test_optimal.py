@@ -166,7 +166,7 @@ def uniform_spread_optimum(fabric, src, dst, demand) -> float:
     cap = g.port_gbps
     share = demand.astype(np.float64) / g.planes          # the same on every plane
     worst = max(np.bincount(src, share, g.gpus).max(), np.bincount(dst, share, g.gpus).max())
-    src_t0, dst_t0 = src // g.gpus_per_t0, dst // g.gpus_per_t0
+    src_t0, dst_t0 = g.t0_of(src), g.t0_of(dst)   # (checked against the graph elsewhere)
     cross = src_t0 != dst_t0
     out_t0 = np.bincount(src_t0[cross], share[cross], g.t0s)
     in_t0 = np.bincount(dst_t0[cross], share[cross], g.t0s)
