@@ -1,0 +1,286 @@
+"""Bill of materials: closed forms against fabrics and networkx graphs built link by link."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import networkx as nx
+import pytest
+
+from fabricjax.bom import (DEFAULT_ASSUMPTIONS, bom, bom_comparison, fat_tree_bom,
+                           fat_tree_reach, mrc_claim_comparison, smallest_fabric,
+                           three_tier_fat_tree_bom, tiers_needed)
+from fabricjax.errors import ScenarioError
+from fabricjax.fabric import build_fabric, clos_geometry
+from fabricjax.scenario import FabricConfig
+
+TWO_TIER_CONFIGS = [
+    FabricConfig(gpus=64, planes=1, port_gbps=800.0, radix=16),
+    FabricConfig(gpus=100, planes=8, port_gbps=100.0, radix=16),          # partial last T0
+    FabricConfig(gpus=96, planes=4, port_gbps=200.0, radix=16, oversubscription=3.0),
+    FabricConfig(gpus=1024, planes=2, port_gbps=400.0, radix=64),
+]
+STARGATE = FabricConfig(gpus=131_072, planes=8, port_gbps=100.0, radix=512)
+
+
+# --------------------------------------------------------------------------- two tiers
+
+@pytest.mark.parametrize("cfg", TWO_TIER_CONFIGS, ids=lambda c: f"{c.gpus}g{c.planes}p")
+def test_two_tier_counts_match_built_fabric(cfg):
+    fabric = build_fabric(cfg)
+    g = clos_geometry(cfg)
+    b = bom(cfg)
+    P = cfg.planes
+    assert b["switches"] == P * (g.t0s + g.spines)
+    assert b["switches_by_tier"] == {"t0": P * g.t0s, "t1": P * g.spines}
+    # links (both directions of a cable) and switch ports, counted from the link arrays
+    tiers = Counter(fabric.tier.tolist())
+    assert b["links_by_layer"] == {"host-t0": tiers[0], "t0-t1": tiers[1]}
+    assert tiers[0] == tiers[3] and tiers[1] == tiers[2]
+    switch_nodes = set(range(cfg.gpus, g.num_nodes))
+    t0_nodes = set(range(cfg.gpus, cfg.gpus + P * g.t0s))
+    assert b["switches"] == len(switch_nodes & set(fabric.link_src.tolist()))
+    out_ports = Counter(int(s) for s in fabric.link_src if s in switch_nodes)
+    t0_ports = sum(n for node, n in out_ports.items() if node in t0_nodes)
+    assert b["switch_ports_used"] == {"t0": t0_ports, "t1": sum(out_ports.values()) - t0_ports}
+    assert max(out_ports.values()) <= cfg.radix
+    assert b["gpus_reached"] == cfg.radix * g.gpus_per_t0
+
+
+def test_two_tier_modules_round_up_per_switch():
+    # 100 GPUs, 8 x 100G, radix 16: per plane 12 full T0s + one with 4 GPUs, 8 spines
+    b = bom(TWO_TIER_CONFIGS[1])
+    assert b["modules_nic"] == 100                     # one 8-lane OSFP per NIC
+    assert b["modules_by_layer"] == {"host-t0": 100 + 8 * 13,
+                                     "t0-t1": 8 * (13 * 1 + 8 * math.ceil(13 / 8))}
+
+
+def test_stargate_two_tier_closed_form():
+    b = bom(STARGATE)
+    assert b["switches_per_plane"] == {"t0": 512, "t1": 256}
+    assert b["switches"] == 8 * 768 == 6144
+    assert b["gpus_reached"] == 131_072 == 512**2 // 2
+    assert b["links_by_layer"] == {"host-t0": 8 * 131_072, "t0-t1": 8 * 512 * 256}
+    assert b["switch_ports_used"]["t0"] + b["switch_ports_used"]["t1"] == b["switch_ports_total"]
+    # one 800G OSFP per NIC carries all 8 planes; one per 8 switch ports (8 x 100G breakout)
+    assert b["ports_per_module"] == 8
+    assert b["modules_nic"] == 131_072
+    assert b["modules_switch"] == b["switch_ports_total"] // 8
+    assert b["modules"] == 4 * 131_072
+    assert b["transceivers"] == 2 * b["links"]
+    assert b["watts_switches"] == 6144 * 2000.0
+    assert b["watts_optics"] == 4 * 131_072 * 16.0
+
+
+# --------------------------------------------------------------------------- fat trees
+
+def _classic_fat_tree(k: int) -> nx.MultiGraph:
+    """Al-Fares et al.'s k-ary fat tree, node by node: k pods of k/2 edge and k/2
+    aggregation switches, (k/2)^2 cores, core (i, j) to aggregation i of every pod."""
+    h = k // 2
+    graph = nx.MultiGraph()
+    for pod in range(k):
+        for e in range(h):
+            graph.add_node(("t0", pod, e), tier=0)
+            for host in range(h):
+                graph.add_edge(("gpu", pod, e, host), ("t0", pod, e), layer="host-t0")
+            for a in range(h):
+                graph.add_edge(("t0", pod, e), ("t1", pod, a), layer="t0-t1")
+        for a in range(h):
+            graph.nodes[("t1", pod, a)]["tier"] = 1
+            for j in range(h):
+                graph.add_edge(("t1", pod, a), ("t2", a, j), layer="t1-t2")
+                graph.nodes[("t2", a, j)]["tier"] = 2
+    return graph
+
+
+def _sized_fat_tree(gpus: int, k: int) -> nx.MultiGraph:
+    """A 3-tier fat tree for `gpus` hosts wired by the rule `three_tier_fat_tree_bom` counts:
+    whole T0s, whole pods, and per T1 position j a group of ceil(pods/2) cores that takes
+    the T0s' uplinks round robin (so every core also reaches pod 0)."""
+    h = k // 2
+    graph = nx.MultiGraph()
+    t0s = math.ceil(gpus / h)
+    pods = math.ceil(t0s / h)
+    for gpu in range(gpus):
+        graph.add_edge(("gpu", gpu), ("t0", gpu // h), layer="host-t0")
+    for t0 in range(t0s):
+        for j in range(h):
+            graph.add_edge(("t0", t0), ("t1", t0 // h, j), layer="t0-t1")
+    for pod in range(pods):                      # the T1s of a pod are bought whole
+        for j in range(h):
+            graph.add_node(("t1", pod, j))
+    for j in range(h):
+        # every T0 below T1 (pod, j) sends one link on up, to core t0 mod (group size)
+        for t0 in range(t0s):
+            graph.add_edge(("t1", t0 // h, j), ("t2", j, t0 % math.ceil(pods / 2)),
+                           layer="t1-t2")
+    return graph
+
+
+def _count(graph: nx.MultiGraph) -> tuple[Counter, Counter, int]:
+    switches = Counter(node[0] for node in graph if node[0] != "gpu")
+    layers = Counter(layer for _, _, layer in graph.edges(data="layer"))
+    max_degree = max(d for node, d in graph.degree() if node[0] != "gpu")
+    return switches, layers, max_degree
+
+
+@pytest.mark.parametrize("k", [4, 8])
+def test_three_tier_closed_form_matches_classic_fat_tree(k):
+    graph = _classic_fat_tree(k)
+    switches, layers, max_degree = _count(graph)
+    b = three_tier_fat_tree_bom(k**3 // 4, k, 800.0)
+    assert b["gpus_reached"] == fat_tree_reach(k, 3) == k**3 // 4
+    assert b["switches_by_tier"] == {"t0": switches["t0"], "t1": switches["t1"],
+                                     "t2": switches["t2"]}
+    assert switches["t2"] == (k // 2) ** 2 and b["switches"] == 5 * k * k // 4
+    assert b["links_by_layer"] == dict(layers)
+    assert max_degree == k and b["switch_ports_used"] == {"t0": k**3 // 2, "t1": k**3 // 2,
+                                                          "t2": k**3 // 4}
+    assert b["switch_ports_total"] == sum(b["switch_ports_used"].values())
+
+
+@pytest.mark.parametrize("k", [4, 8])
+def test_three_tier_sized_below_maximum_is_buildable(k):
+    for gpus in range(2, k**3 // 4 + 1):
+        graph = _sized_fat_tree(gpus, k)
+        switches, layers, max_degree = _count(graph)
+        b = three_tier_fat_tree_bom(gpus, k, 800.0)
+        assert b["switches_by_tier"] == {"t0": switches["t0"], "t1": switches["t1"],
+                                         "t2": switches["t2"]}, gpus
+        assert b["links_by_layer"] == dict(layers), gpus
+        assert max_degree <= k, gpus                      # the core count is enough
+        assert nx.is_connected(graph), gpus
+        # round-robin uplinks split every pod evenly over its core group when the group size
+        # ceil(pods/2) divides k/2 (always at full size): then the bisection is full
+        group = math.ceil(math.ceil(gpus / (k // 2) ** 2) / 2)
+        if (k // 2) % group == 0:
+            assert _bisection_flow(graph, k) == _half_hosts(gpus, k), gpus
+
+
+def _half_hosts(gpus: int, k: int) -> int:
+    h = k // 2
+    pods = math.ceil(gpus / (h * h))
+    left = min(gpus, (pods // 2) * h * h)
+    return min(left, gpus - left)
+
+
+def _bisection_flow(graph: nx.MultiGraph, k: int) -> int:
+    """Max flow from the hosts of the first half of the pods to the rest, unit links."""
+    h = k // 2
+    gpus = sum(1 for node in graph if node[0] == "gpu")
+    pods = math.ceil(gpus / (h * h))
+    flow = nx.DiGraph()
+    for u, v in graph.edges():
+        for a, b in ((u, v), (v, u)):
+            cap = flow.get_edge_data(a, b, {"capacity": 0})["capacity"]
+            flow.add_edge(a, b, capacity=cap + 1)
+    for node in list(flow):
+        if node[0] == "gpu":
+            side = "src" if node[1] < (pods // 2) * h * h else "dst"
+            if side == "src":
+                flow.add_edge("src", node, capacity=1)
+            else:
+                flow.add_edge(node, "dst", capacity=1)
+    if "src" not in flow or "dst" not in flow:
+        return 0
+    return int(nx.maximum_flow_value(flow, "src", "dst"))
+
+
+def test_fat_tree_full_size_formulas():
+    for k in (4, 8, 16):
+        h = k // 2
+        for tiers in (3, 4):
+            b = fat_tree_bom(fat_tree_reach(k, tiers), k, 400.0, tiers=tiers, planes=2)
+            per_plane = b["switches_per_plane"]
+            assert sum(per_plane.values()) == (2 * tiers - 1) * h ** (tiers - 1)
+            assert per_plane[f"t{tiers - 1}"] == h ** (tiers - 1)
+            assert b["switch_ports_used"] == {t: n * k for t, n in b["switches_by_tier"].items()}
+            assert set(b["links_by_layer"].values()) == {2 * fat_tree_reach(k, tiers)}
+
+
+def test_fat_tree_refuses_beyond_reach():
+    with pytest.raises(ScenarioError, match="65536"):
+        three_tier_fat_tree_bom(131_072, 64, 800.0)
+
+
+# --------------------------------------------------------------------------- optics and watts
+
+def test_optics_at_both_ends_of_every_link():
+    for b in (bom(TWO_TIER_CONFIGS[0]), three_tier_fat_tree_bom(1000, 16, 800.0)):
+        assert b["ports_per_module"] == 1
+        assert b["transceivers"] == 2 * b["links"] == b["modules"]
+        assert all(b["modules_by_layer"][n] == 2 * links
+                   for n, links in b["links_by_layer"].items())
+    copper = bom(TWO_TIER_CONFIGS[0], overrides={"host_links": "copper"})
+    assert copper["copper_links"] == copper["links_by_layer"]["host-t0"]
+    assert copper["transceivers"] == 2 * copper["links_by_layer"]["t0-t1"] == copper["modules"]
+    assert copper["modules_nic"] == 0
+
+
+def test_overrides_change_watts():
+    base = bom(STARGATE)
+    flat = bom(STARGATE, overrides={"switch_watts": 1500.0})
+    assert flat["watts_switches"] == 6144 * 1500.0
+    assert flat["watts_optics"] == base["watts_optics"]
+    lpo = bom(STARGATE, overrides={"optic_watts": {800: 8.0}})
+    assert lpo["watts_optics"] == base["watts_optics"] / 2
+    assert lpo["watts"] == base["watts_switches"] + base["watts_optics"] / 2
+    # no breakout: one 100G module per port, 3.5 W each
+    single = bom(STARGATE, overrides={"module_gbps": 100.0})
+    assert single["modules"] == base["transceivers"]
+    assert single["watts_optics"] == base["transceivers"] * 3.5
+    # switch power scales with capacity: a 25.6T box draws half a 51.2T one
+    assert bom(TWO_TIER_CONFIGS[0])["watts_per_switch"] == 2000.0 * 16 * 800 / 51_200
+    assert DEFAULT_ASSUMPTIONS.host_links == "optics"
+
+
+def test_bad_overrides_name_the_field():
+    with pytest.raises(ScenarioError, match="overrides.switch_wats"):
+        bom(STARGATE, overrides={"switch_wats": 1.0})
+    with pytest.raises(ScenarioError, match="overrides.host_links"):
+        bom(STARGATE, overrides={"host_links": "fibre"})
+    with pytest.raises(ScenarioError, match="overrides.optic_watts"):
+        bom(FabricConfig(gpus=64, planes=1, port_gbps=3200.0, radix=16))
+
+
+# --------------------------------------------------------------------------- tiers, claim
+
+def test_smallest_fabric_tiers():
+    assert tiers_needed(512**2 // 2, 512) == 2
+    assert tiers_needed(512**2 // 2 + 1, 512) == 3
+    assert tiers_needed(64**3 // 4, 64) == 3
+    assert tiers_needed(131_072, 64) == 4
+    tiers, b = smallest_fabric(131_072, 512, 100.0, planes=8)
+    assert tiers == 2 and b["switches"] == 6144
+    tiers, b = smallest_fabric(65_536, 64, 800.0)
+    assert tiers == 3 and b["switches"] == 5120
+    # a 102.4T ASIC (128 x 800G) reaches 131,072 GPUs in three tiers
+    tiers, b = smallest_fabric(131_072, 128, 800.0)
+    assert tiers == 3 and b["switches"] == 5 * 131_072 // 128
+
+
+def test_bom_comparison_same_size():
+    cmp = bom_comparison(STARGATE, bom(STARGATE, tiers=3))
+    assert cmp["tiers"] == (2, 3)
+    assert cmp["ratio"] == cmp["ratio_per_gpu"]
+
+
+def test_published_claim_131k():
+    """2/3 the optics and 3/5 the switches hold per GPU, physical modules counted, against a
+    3-tier 64 x 800G fat tree (which tops out at 65,536 GPUs); as one fabric for 131,072 GPUs
+    the single-plane design needs 4 tiers and the ratios are 1/2 and 3/7."""
+    claim = mrc_claim_comparison()
+    three = claim["three_tier"]
+    assert three["tiers"] == (2, 3) and three["gpus"] == (131_072, 65_536)
+    assert three["ratio_per_gpu"]["switches"] == pytest.approx(3 / 5, rel=1e-12)
+    assert three["ratio_per_gpu"]["modules"] == pytest.approx(2 / 3, rel=1e-12)
+    assert three["ratio_per_gpu"]["watts"] == pytest.approx(0.625, abs=0.01)
+    single = claim["single_fabric"]
+    assert claim["single_plane_tiers"] == 4 and single["tiers"] == (2, 4)
+    assert single["ratio"]["switches"] == pytest.approx(3 / 7, rel=1e-12)
+    assert single["ratio"]["modules"] == pytest.approx(1 / 2, rel=1e-12)
+    # with copper host links the optics ratio against three tiers falls to 1/2
+    copper = mrc_claim_comparison(overrides={"host_links": "copper"})["three_tier"]
+    assert copper["ratio_per_gpu"]["modules"] == pytest.approx(1 / 2, rel=1e-12)
