@@ -18,7 +18,6 @@ Node ids: GPUs 0..N-1, then T0 (p, t) at N + p*T + t, then T1 (p, s) at N + P*T 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
