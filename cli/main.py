@@ -134,6 +134,14 @@ def analyze(
     max_memory: Annotated[Optional[str], typer.Option(
         metavar="SIZE", help="Refuse, before computing, a scenario whose estimated peak "
         "memory exceeds SIZE (e.g. 8GiB). Default: the memory available now.")] = None,
+    plot: Annotated[Optional[str], typer.Option(
+        "--plot", metavar="DIR", help="Write PNG figures into DIR: the CDF of link utilisation "
+        "per policy, completion per policy (with the failure-set spread), mrc's convergence "
+        "(implies --trace) and, with jobs, alone vs together.")] = None,
+    sensitivity: Annotated[bool, typer.Option(
+        "--sensitivity", help="Name the links whose upgrade would most shorten each "
+        "collective (the gradient of its time and P100 with respect to link capacity).")
+    ] = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar; tables only.")] = False,
 ) -> None:
@@ -166,7 +174,8 @@ def analyze(
     # and the run would go on to write its report.
     previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
     try:
-        report = _run_analysis(config, quiet or not is_leader(), trace)
+        report = _run_analysis(config, quiet or not is_leader(), trace or plot is not None,
+                               sensitivity)
     except KeyboardInterrupt:
         _interrupted()
     except ScenarioError as error:
@@ -182,6 +191,11 @@ def analyze(
 
     if json_path is not None:   # first: a closed pipe on stdout must not cost the report
         write_json_atomic(report_dict(report), json_path)
+    figures = []
+    if plot is not None:
+        from fabricjax.plots import write_plots
+
+        figures = write_plots(report, plot)
     out.print(f"[bold]{escape(report.scenario)}[/]: {fabric_line(report.fabric)}",
               highlight=False)
     out.print(utilisation_table(report))
@@ -207,8 +221,14 @@ def analyze(
         from fabricjax.report import reliability_table
 
         out.print(reliability_table(report))
+    if report.sensitivity:
+        from fabricjax.report import sensitivity_table
+
+        out.print(sensitivity_table(report))
     if json_path is not None:
         out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
+    for figure in figures:
+        out.print(f"wrote {escape(_printable(str(figure)))}", highlight=False)
 
 
 def _memory_limit(text: Optional[str]) -> Optional[int]:
@@ -265,13 +285,13 @@ def _distributed_env() -> tuple:
     return (os.environ.get("JAX_COORDINATOR_ADDRESS"), *values)
 
 
-def _run_analysis(config, quiet: bool, trace: bool):
+def _run_analysis(config, quiet: bool, trace: bool, sensitivity: bool = False):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fabricjax.analysis import analyze as run
 
     if quiet:
-        return run(config, trace=trace)
+        return run(config, trace=trace, sensitivity=sensitivity)
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         task = progress.add_task("building", total=None)
@@ -279,7 +299,97 @@ def _run_analysis(config, quiet: bool, trace: bool):
         def update(message: str, done: int, total: int) -> None:
             progress.update(task, description=message, completed=done, total=total)
 
-        return run(config, trace=trace, progress=update)
+        return run(config, trace=trace, progress=update, sensitivity=sensitivity)
+
+
+@app.command()
+def sweep(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (the base point).",
+                                             metavar="SCENARIO.yaml")],
+    sets: Annotated[list[str], typer.Option(
+        "--set", metavar="PATH=V1,V2,...",
+        help="A scenario field and its values (repeatable; the points are the grid of all). "
+        "PATH is dotted, with list indices: fabric.planes=1,2,4,8, workload[0].size=1GiB,4GiB, "
+        "failures.links.random=0,16. Fields that move together: "
+        "fabric.planes,fabric.port_gbps=1:800G,8:100G.")],
+    policy: Annotated[Optional[list[str]], typer.Option(
+        "--policy", "-p", metavar="NAME",
+        help="Policy to evaluate (repeatable). Default: the scenario's `policies`.")] = None,
+    csv_path: Annotated[Optional[str], typer.Option(
+        "--csv", metavar="PATH", help="Write one row per point, policy and item as CSV.")
+    ] = None,
+    json_path: Annotated[Optional[str], typer.Option(
+        "--json", metavar="PATH", help="Write the sweep as JSON (points, rows, times).")] = None,
+    plot: Annotated[Optional[str], typer.Option(
+        "--plot", metavar="DIR", help="Write sweep curves (metric vs the first swept field, one "
+        "line per policy) as PNG files into DIR.")] = None,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No progress bar; the table only.")] = False,
+) -> None:
+    """Evaluate the scenario at every point of a grid of field values: P100, completion and
+    busbw per policy, and each design's switches, optics and watts. Points that share array
+    shapes reuse the compiled code."""
+    config = _load(scenario, policies=policy)
+    for path, option in ((csv_path, "--csv"), (json_path, "--json")):
+        _check_output(path, option, scenario)
+    from fabricjax.errors import ScenarioError
+    from fabricjax.sweep import parse_sets, sweep_points
+
+    try:
+        points = sweep_points(config, parse_sets(sets))
+    except ScenarioError as error:
+        _fail(str(error.with_source(str(scenario))))
+    from fabricjax.memory import available_memory, check_memory
+
+    try:
+        limit = available_memory()
+        for point in points:
+            check_memory(point.scenario, limit, option="available now")
+    except ScenarioError as error:
+        _fail(f"{scenario}: point {point.label}: {error}")
+    previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
+    try:
+        result = _run_sweep(points, quiet)
+    except KeyboardInterrupt:
+        _interrupted()
+    except ScenarioError as error:
+        _fail(str(error.with_source(str(scenario))))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    from fabricjax.report import sweep_table
+    from fabricjax.sweep import sweep_table_rows, write_csv, write_json
+
+    if csv_path is not None:
+        write_csv(result, csv_path)
+    if json_path is not None:
+        write_json(result, json_path)
+    written = []
+    if plot is not None:
+        from fabricjax.plots import plot_sweep_metrics
+
+        written = plot_sweep_metrics(result.rows, list(result.paths), plot)
+    out.print(sweep_table(*sweep_table_rows(result)))
+    out.print(f"{len(points)} point(s) in {result.total_s:.1f} s", highlight=False)
+    for path in [p for p in (csv_path, json_path) if p is not None] + [str(w) for w in written]:
+        out.print(f"wrote {escape(_printable(path))}", highlight=False)
+
+
+def _run_sweep(points, quiet: bool):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fabricjax.sweep import run_sweep
+
+    if quiet:
+        return run_sweep(points)
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} points"), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task("sweeping", total=len(points))
+
+        def update(message: str, done: int, total: int) -> None:
+            progress.update(task, description=message, completed=done, total=total)
+
+        return run_sweep(points, progress=update)
 
 
 @app.command()
@@ -297,10 +407,23 @@ def topo(
     from fabricjax.output import write_json_atomic
     from fabricjax.report import topo_table
 
+    from fabricjax.bom import baseline_designs, bom
+    from fabricjax.errors import ScenarioError
+    from fabricjax.report import bom_lines, bom_table
+
     summary = fabric_summary(config.fabric)
+    try:
+        overrides = config.bom.overrides()
+        designs = [bom(config.fabric, overrides=overrides),
+                   *baseline_designs(config.fabric, overrides)]
+    except ScenarioError as error:
+        _fail(str(error.with_source(str(scenario))))
     out.print(topo_table(summary))
+    out.print(bom_table(designs))
+    for line in bom_lines(designs):
+        out.print(f"  {escape(line)}", highlight=False)
     if json_path is not None:
-        write_json_atomic(summary, json_path)
+        write_json_atomic({**summary, "bom": designs[0], "baselines": designs[1:]}, json_path)
         out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
 
 

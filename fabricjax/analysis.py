@@ -69,6 +69,7 @@ class PolicyRecord:
     fct_max_s: float | None = None
     events: int | None = None            # most progressive events in one phase
     aggregated_classes: int | None = None  # all-to-all solved as this many T0-pair classes
+    utilisation_cdf: list | None = None  # busiest phase: utilisation at quantiles 0..1 (101)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -85,6 +86,7 @@ class Report:
     failures: object = None      # resilience.FailureStudy when the scenario has `failures`
     reliability: list | None = None  # resilience.ReliabilityRow per policy and job
     sharing: list | None = None      # SharingRow per policy and job, with two or more jobs
+    sensitivity: list | None = None  # with --sensitivity: {policy, workload, links} per item
 
 
 def offered_demand(flows: Flows, nic_gbps: float, num_gpus: int) -> np.ndarray:
@@ -558,6 +560,8 @@ def _collective_record(policy: str, collective: Collective, outcomes: list[Phase
         fct_max_s=prog.get("fct_max_s"),
         events=prog.get("events"),
         aggregated_classes=sum(aggregated) if aggregated else None,
+        utilisation_cdf=([float(v) for v in busiest.cdf] if busiest.cdf is not None
+                         else None),
     )
 
 
@@ -738,8 +742,28 @@ def sharing_rows(policy: str, scenario: Scenario, fabric: Fabric,
     return rows
 
 
+def link_upgrades(scenario: Scenario, fabric: Fabric, collectives: list[Collective],
+                  baseline: dict, top_k: int = 5) -> list[dict]:
+    """Per policy and workload item: the links whose capacity would most shorten it (the
+    gradient of its time, then of its P100, with respect to each link's capacity; see
+    fabricjax.sensitivity). Items solved as classes are skipped (no per-flow split)."""
+    from fabricjax.sensitivity import collective_sensitivity
+
+    rows = []
+    for policy in scenario.policies:
+        for item, collective in enumerate(collectives):
+            outcomes = baseline[(policy, item)]
+            if any(o.aggregated is not None for o in outcomes):
+                continue
+            links = collective_sensitivity(scenario, fabric, collective, outcomes, policy,
+                                           top_k=top_k)
+            rows.append({"policy": policy, "workload": collective.name, "links": links})
+    return rows
+
+
 def analyze(scenario: Scenario, *, trace: bool = False,
-            progress: Callable[[str, int, int], None] | None = None) -> Report:
+            progress: Callable[[str, int, int], None] | None = None,
+            sensitivity: bool = False) -> Report:
     """Evaluate every policy on every workload item of the scenario, then (when the scenario
     has `failures`) under every failure set, and the reliability what-if.
 
@@ -772,6 +796,11 @@ def analyze(scenario: Scenario, *, trace: bool = False,
             if progress is not None:
                 progress(f"{policy}: {len(jobs)} jobs sharing the fabric", done, total)
             sharing += sharing_rows(policy, scenario, fabric, jobs)
+    upgrades = None
+    if sensitivity:
+        if progress is not None:
+            progress("link sensitivity", done, total)
+        upgrades = link_upgrades(scenario, fabric, collectives, baseline)
     study = reliability = None
     if scenario.failures is not None or scenario.reliability is not None:
         from fabricjax.resilience import failure_study, reliability_whatif
@@ -794,4 +823,5 @@ def analyze(scenario: Scenario, *, trace: bool = False,
         failures=study,
         reliability=reliability,
         sharing=sharing,
+        sensitivity=upgrades,
     )

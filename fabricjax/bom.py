@@ -377,3 +377,24 @@ def mrc_claim_comparison(gpus: int = 131_072, *, planes: int = 8, asic_gbps: flo
     return {"three_tier": bom_comparison(multi, three),
             "single_fabric": bom_comparison(multi, single),
             "single_plane_tiers": tiers}
+
+
+def baseline_designs(cfg: FabricConfig, overrides: Mapping[str, Any] | None = None
+                     ) -> list[dict]:
+    """What `fabricjax topo` costs beside a multi-plane fabric: the single-plane fabric at the
+    same NIC rate (planes x port_gbps) built from the same switch ASIC (radix x port_gbps of
+    capacity, so radix x port / NIC ports), sized for the same GPUs (as many tiers as that
+    takes), and, when that needs more than three tiers, the three-tier tree at its full size
+    (the per-GPU reference of the published comparison). Empty for a single-plane fabric."""
+    if cfg.planes == 1:
+        return []
+    nic = cfg.planes * float(cfg.port_gbps)
+    radix = int(cfg.radix * float(cfg.port_gbps) // nic)
+    if radix < 4 or radix % 2:
+        return []
+    tiers, single = smallest_fabric(cfg.gpus, radix, nic, overrides=overrides)
+    designs = [single]
+    if tiers > 3:
+        designs.append(fat_tree_bom(fat_tree_reach(radix, 3), radix, nic, tiers=3,
+                                    overrides=overrides))
+    return designs

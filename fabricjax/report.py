@@ -77,6 +77,7 @@ def report_dict(report: Report) -> dict:
                         if report.reliability is not None else None),
         "sharing": ([r.as_dict() for r in report.sharing]
                     if report.sharing is not None else None),
+        "sensitivity": report.sensitivity,
     })
 
 
@@ -237,6 +238,78 @@ def topo_table(summary: dict) -> Table:
     ]
     for name, value in rows:
         table.add_row(name, value)
+    return table
+
+
+def bom_table(designs: list[dict]) -> Table:
+    """Bill of materials of the scenario's fabric (first row) and its baselines."""
+    table = Table(title="Bill of materials (optics: pluggable modules, both ends of every "
+                  "optical link; power without servers)", title_justify="left")
+    for column in ("design", "NIC ports, switch", "tiers", "GPUs", "switches", "links",
+                   "optics", "kW switches", "kW optics", "kW", "W per GPU"):
+        table.add_column(column, justify="left" if column in ("design", "NIC ports, switch")
+                         else "right")
+    for b in designs:
+        table.add_row(escape(b["design"]), _ports(b), str(b["tiers"]), f"{b['gpus']:,}",
+                      f"{b['switches']:,}", f"{b['links']:,}", f"{b['modules']:,}",
+                      f"{b['watts_switches'] / 1e3:,.0f}", f"{b['watts_optics'] / 1e3:,.0f}",
+                      f"{b['watts'] / 1e3:,.0f}", f"{b['watts'] / b['gpus']:,.1f}")
+    return table
+
+
+def _ports(b: dict) -> str:
+    return f"{b['planes']} × {b['port_gbps']:g}G, radix {b['radix']}"
+
+
+def bom_lines(designs: list[dict]) -> list[str]:
+    """The comparison in words: the first design against each baseline, in total and per
+    GPU (the fair figure when a baseline serves fewer GPUs)."""
+    lines = []
+    first = designs[0]
+    for other in designs[1:]:
+        per = {k: (first[k] / first["gpus"]) / (other[k] / other["gpus"])
+               for k in ("switches", "modules", "watts")}
+        lines.append(
+            f"{_ports(first)} ({first['tiers']} tiers) against {_ports(other)} "
+            f"({other['tiers']} tiers, {other['gpus']:,} GPUs), per GPU: "
+            f"{per['switches']:.2f}x the switches, {per['modules']:.2f}x the optics, "
+            f"{per['watts']:.2f}x the power")
+    return lines
+
+
+def sensitivity_table(report: Report) -> Table:
+    """The links whose upgrade would most shorten each collective: -d time / d capacity."""
+    table = Table(title="Which links to upgrade: time saved per Gbit/s of capacity added "
+                  "(gradient; P100 drop beside it). Links tied at the bottleneck share it: "
+                  "upgrade them together", title_justify="left")
+    for column in ("policy", "workload", "link", "utilisation", "µs saved per Gbit/s",
+                   "P100 drop per Gbit/s"):
+        table.add_column(column, justify="left" if column in ("policy", "workload", "link")
+                         else "right")
+    for row in report.sensitivity:
+        helpful = [link for link in row["links"]
+                   if (link["d_time_d_gbps"] or 0.0) < 0 or link["d_p100_d_gbps"] < 0]
+        if not helpful:
+            table.add_row(row["policy"], escape(row["workload"]), "no single link (NIC-bound)",
+                          "—", "0", "0")
+        for link in helpful[:3]:
+            d_time, d_p100 = link["d_time_d_gbps"], link["d_p100_d_gbps"]
+            table.add_row(row["policy"], escape(row["workload"]), escape(link["link"]),
+                          _u(link["utilisation"]),
+                          "—" if d_time is None else f"{-d_time * 1e6:.4g}",
+                          f"{-d_p100:.3g}")
+    return table
+
+
+# --------------------------------------------------------------------------- sweeps
+
+def sweep_table(headers: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title="Sweep: one row per point, policy and workload item", title_justify="left")
+    for i, column in enumerate(headers):
+        table.add_column(escape(column), justify="left" if i < len(headers) and column in (
+            "policy", "workload", "status") else "right")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
     return table
 
 

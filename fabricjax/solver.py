@@ -177,6 +177,24 @@ def sorted_quantiles(sorted_values: jax.Array, n_skip: jax.Array,
     return jnp.stack(out)
 
 
+CDF_POINTS = 101   # utilisation quantiles P0, P1, ..., P100 of the busiest phase, for plots
+
+
+def utilisation_cdf(utilisation: jax.Array, usable: jax.Array) -> jax.Array:
+    """float[CDF_POINTS]: linear-interpolated quantiles q = 0, 0.01, ..., 1 of utilisation over
+    the usable links (numpy's default method), vectorised over q; zeros when none is usable."""
+    ordered = jnp.sort(jnp.where(usable, utilisation, -jnp.inf))
+    skip = jnp.sum(~usable)
+    n = ordered.shape[0] - skip
+    q = jnp.linspace(0.0, 1.0, CDF_POINTS, dtype=jnp.float32)
+    pos = skip.astype(jnp.float32) + q * jnp.maximum(n - 1, 0).astype(jnp.float32)
+    lo = jnp.clip(jnp.floor(pos).astype(jnp.int32), 0, ordered.shape[0] - 1)
+    hi = jnp.minimum(lo + 1, ordered.shape[0] - 1)
+    frac = pos - lo.astype(jnp.float32)
+    value = jnp.where(frac > 0, ordered[lo] + (ordered[hi] - ordered[lo]) * frac, ordered[lo])
+    return jnp.where(n > 0, value, 0.0)
+
+
 def link_statistics(utilisation: jax.Array, alive: jax.Array,
                     tier_bounds: tuple[tuple[int, int], ...], p100_only: bool = False
                     ) -> jax.Array:
@@ -211,6 +229,7 @@ class PhaseResult(NamedTuple):
     stalled: jax.Array        # int32 scalar: flows with bytes to send and rate 0
     rounds: jax.Array         # int32 scalar: max-min rounds
     status: jax.Array         # int32 scalar: STATUS_* flags
+    cdf: jax.Array | None = None  # float[CDF_POINTS] utilisation quantiles (not p100_only)
 
 
 def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive, *,
@@ -252,6 +271,7 @@ def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive
         stats=stats, top_links=top_links.astype(jnp.int32), top_util=top_util,
         total_load=jnp.sum(load), rates=mm.rates, phase_time=jnp.max(flow_time),
         ideal_time=jnp.max(ideal), stalled=stalled, rounds=mm.rounds, status=status,
+        cdf=None if p100_only else utilisation_cdf(utilisation, usable),
     )
 
 
