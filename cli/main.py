@@ -82,6 +82,12 @@ def _load(scenario: Path, **overrides):
         _fail(str(error))
 
 
+def _check_plot_dir(path: Optional[str]) -> None:
+    """Fail before computing when `--plot DIR` names something that is not a folder."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        _fail(f"--plot: {_printable(path)} is a file; allowed: a folder (created if missing)")
+
+
 def _check_output(path: Optional[str], option: str, scenario: Path) -> None:
     """Fail before computing when `path` cannot be written. Output paths are taken as `str`:
     click's Path type drops a trailing slash, and `--json newdir/` names a folder."""
@@ -158,6 +164,7 @@ def analyze(
         config = _load(scenario, policies=policy, seed=seed, failures=failures)
     limit = _memory_limit(max_memory)
     _check_output(json_path, "--json", scenario)
+    _check_plot_dir(plot)
     _select_device(device, devices, distributed)
     from fabricjax.devices import is_leader
     from fabricjax.errors import ScenarioError
@@ -332,6 +339,7 @@ def sweep(
     config = _load(scenario, policies=policy)
     for path, option in ((csv_path, "--csv"), (json_path, "--json")):
         _check_output(path, option, scenario)
+    _check_plot_dir(plot)
     from fabricjax.errors import ScenarioError
     from fabricjax.sweep import parse_sets, sweep_points
 
@@ -365,9 +373,9 @@ def sweep(
         write_json(result, json_path)
     written = []
     if plot is not None:
-        from fabricjax.plots import plot_sweep_metrics
+        from fabricjax.plots import write_plots
 
-        written = plot_sweep_metrics(result.rows, list(result.paths), plot)
+        written = write_plots(None, plot, sweep=result)
     out.print(sweep_table(*sweep_table_rows(result)))
     out.print(f"{len(points)} point(s) in {result.total_s:.1f} s", highlight=False)
     for path in [p for p in (csv_path, json_path) if p is not None] + [str(w) for w in written]:

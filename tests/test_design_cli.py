@@ -59,3 +59,16 @@ def test_analyze_sensitivity_names_the_bottleneck_link(tmp_path):
     worst = next(r for r in report["results"] if r["policy"] == "ecmp")
     top = ecmp["links"][0]
     assert top["utilisation"] == worst["p100_utilisation"] and top["d_p100_d_gbps"] < 0
+
+
+def test_plot_writes_figures_and_refuses_a_file(tmp_path):
+    (tmp_path / "s.yaml").write_text(TINY)
+    proc = fabricjax("analyze", "s.yaml", "--plot", "figs", "-q", "-p", "spray", "-p", "mrc",
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert names == ["completion.png", "mrc_trace.png", "utilisation_cdf.png"]
+    assert all((tmp_path / "figs" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
+    (tmp_path / "afile").write_text("x")
+    proc = fabricjax("sweep", "s.yaml", "--set", "seed=1,2", "--plot", "afile", cwd=tmp_path)
+    assert_one_line_error(proc, "--plot", "folder")
