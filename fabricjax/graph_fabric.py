@@ -5,9 +5,10 @@ Contract: `load_graph` / `fat_tree_graph` give a checked undirected `networkx.Gr
 attribute ``type``: ``host`` or ``switch``; edge attribute ``capacity`` in Gbit/s);
 `build_graph_fabric` turns it into a `GraphFabric` of directed links laid out tier-major
 (tier 0 host->switch, tier 1 switch->switch up, tier 2 switch->switch down, tier 3
-switch->host: the four-tier layout of `fabricjax.fabric`, so per-tier statistics carry over); `candidate_paths` gives every
-flow K path slots as link ids int32[F, K, H], padded with the sentinel id L, ready for
-`fabricjax.solver.solve_uniform_phase` with ``tier_bounds=gf.tier_bounds``.
+switch->host: the four-tier layout of `fabricjax.fabric`, so per-tier statistics carry
+over); `candidate_paths` gives every flow K path slots as link ids int32[F, K, H], padded
+with the sentinel id L, ready for `fabricjax.solver.solve_uniform_phase` with
+``tier_bounds=gf.tier_bounds``.
 
 Formats:
   * GraphML (``.graphml`` / ``.xml``): hosts are nodes with ``type`` = ``host``; every other
@@ -82,7 +83,8 @@ class GraphFabric:
     in a fat tree); of a cable's two links the one to the higher level (on a tie, the higher
     node id) is up (tier 1), the other down (tier 2), as t0->t1 and t1->t0 in a Clos. Tiers 1
     and 2 are therefore equal in size and empty only without switch-to-switch cables (the
-    solver's per-tier statistics need non-empty tiers). plane: int16[L] (a switch's ``plane`` attribute, else 0).
+    solver's per-tier statistics need non-empty tiers).
+    plane: int16[L] (a switch's ``plane`` attribute, else 0).
     host_switch: int32[N] each GPU's first attachment switch (lowest node id).
     nic_gbps: float32[N] the sum of a host's link capacities. paths_per_pair: K.
     Index L (`sentinel`) pads paths: infinite capacity, always alive."""
