@@ -419,13 +419,19 @@ def topo(
     from fabricjax.errors import ScenarioError
     from fabricjax.report import bom_lines, bom_table
 
-    summary = fabric_summary(config.fabric)
     try:
-        overrides = config.bom.overrides()
-        designs = [bom(config.fabric, overrides=overrides),
-                   *baseline_designs(config.fabric, overrides)]
+        if config.fabric.kind != "multiplane-clos":
+            _topo_graph(config)
+            summary = None
+        else:
+            summary = fabric_summary(config.fabric)
+            overrides = config.bom.overrides()
+            designs = [bom(config.fabric, overrides=overrides),
+                       *baseline_designs(config.fabric, overrides)]
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
+    if summary is None:
+        return
     out.print(topo_table(summary))
     out.print(bom_table(designs))
     for line in bom_lines(designs):
@@ -468,6 +474,35 @@ def export(
         _fail(str(error.with_source(str(scenario))))
     out.print(f"wrote {matrix.num_flows:,} flows of {escape(matrix.source)} to "
               f"{escape(_printable(output))}", highlight=False)
+
+
+def _topo_graph(config) -> None:
+    """`topo` for a fat tree or a graph: its counts and bill of materials."""
+    from rich.table import Table
+
+    from fabricjax.bom import scenario_bom
+    from fabricjax.graph_analysis import build_graph, graph_fabric_summary
+
+    summary = graph_fabric_summary(config, build_graph(config))
+    cost = scenario_bom(config)
+    table = Table(title=f"Fabric ({config.fabric.kind})", title_justify="left",
+                  show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for name, value in (("GPUs", f"{summary['gpus']:,}"),
+                        ("switches", f"{summary['switches']:,}"),
+                        ("cables (host + switch)", f"{summary['cables']:,} "
+                         f"({summary['host_cables']:,} + {summary['fabric_cables']:,})"),
+                        ("switch ports used", f"{summary['switch_radix_min']} .. "
+                         f"{summary['switch_radix_max']}"),
+                        ("NIC", f"{summary['nic_gbps_max']:g} Gbit/s"),
+                        ("paths per GPU pair (K)", str(summary["paths_per_pair"]))):
+        table.add_row(name, value)
+    out.print(table)
+    if "modules" in cost:
+        from fabricjax.report import bom_table
+
+        out.print(bom_table([cost]))
 
 
 def main() -> None:

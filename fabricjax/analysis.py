@@ -768,6 +768,10 @@ def analyze(scenario: Scenario, *, trace: bool = False,
     has `failures`) under every failure set, and the reliability what-if.
 
     `trace`: keep mrc's P100 after every iteration in its records."""
+    if scenario.fabric.kind != "multiplane-clos":
+        from fabricjax.graph_analysis import analyze_graph
+
+        return analyze_graph(scenario, trace=trace, progress=progress, sensitivity=sensitivity)
     fabric = build_fabric(scenario.fabric)
     collectives = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
     check_resources(scenario, collectives, fabric)

@@ -398,3 +398,20 @@ def baseline_designs(cfg: FabricConfig, overrides: Mapping[str, Any] | None = No
         designs.append(fat_tree_bom(fat_tree_reach(radix, 3), radix, nic, tiers=3,
                                     overrides=overrides))
     return designs
+
+
+def scenario_bom(scenario) -> dict:
+    """The bill of materials of a scenario's fabric, whatever its kind: the multi-plane Clos
+    exactly (`bom`), a fat tree in closed form (`fat_tree_bom`), a graph by its switches and
+    cables only (no optics or watts: a file says nothing about them)."""
+    cfg = scenario.fabric
+    overrides = scenario.bom.overrides()
+    if cfg.kind == "multiplane-clos":
+        return bom(cfg, overrides=overrides)
+    if cfg.kind == "fat-tree":
+        return fat_tree_bom(cfg.gpus, cfg.radix, float(cfg.port_gbps), tiers=cfg.tiers,
+                            planes=cfg.planes, overrides=overrides)
+    from fabricjax.graph_analysis import build_graph
+    from fabricjax.graph_fabric import graph_bom
+
+    return {"design": f"graph {cfg.file}", **graph_bom(build_graph(scenario))}

@@ -38,7 +38,8 @@ source class's switches and a virtual sink joined to the destination's. That is 
 multi-plane fabrics too (a path may start on any of the host's switches) and is cached per
 class pair; the expansion to flows is pure numpy indexing. A flow with fewer than K distinct
 paths repeats them cyclically (ECMP / spraying over fewer distinct paths); `distinct` says
-how many there are.
+how many there are. Equal-length paths come in Yen's (deterministic) order, so with more
+equal-cost paths than K the slots hold an arbitrary fixed subset of them.
 """
 
 from __future__ import annotations
@@ -493,8 +494,10 @@ def _class_pair_paths(gf: GraphFabric, search: nx.Graph, src_set: Sequence[int],
     search.add_edges_from((_SOURCE, s) for s in src_set)
     search.add_edges_from((d, _SINK) for d in dst_set)
     found: list[list[int]] = []
+    # equal-cost only: all_shortest_paths walks the BFS predecessor DAG, far cheaper than Yen
+    walk = nx.all_shortest_paths if max_extra_hops == 0 else nx.shortest_simple_paths
     try:
-        for path in nx.shortest_simple_paths(search, _SOURCE, _SINK):
+        for path in walk(search, _SOURCE, _SINK):
             if max_extra_hops is not None and found and \
                     len(path) > len(found[0]) + 2 + max_extra_hops:
                 break

@@ -112,6 +112,20 @@ def max_flows(scenario: Scenario) -> int:
     return max(flows for flows, _, _ in phase_candidates(scenario))
 
 
+def _graph_estimate(scenario: Scenario) -> MemoryEstimate:
+    """Fat-tree and graph fabrics (ecmp and spray over stored link ids, fabricjax.
+    graph_analysis): [F, K, H] link ids with H up to 8 links, as the flow-by-flow solves
+    (not calibrated separately; the per-slot coefficient of spray, doubled for the longer
+    paths)."""
+    flows = max_flows(scenario)
+    slots = max(scenario.fabric.paths, scenario.ecmp.qps)
+    solve = 2 * BYTES_PER_SLOT["spray"] * flows * slots
+    runtime = RUNTIME_BYTES + sum(COMPILED_BYTES[p] for p in scenario.policies)
+    return MemoryEstimate(total=int(runtime + solve), runtime=int(runtime), fabric=0,
+                          solve=int(solve), solve_policy="spray", flows=flows, slots=slots,
+                          failure_records=0)
+
+
 def aggregated(scenario: Scenario, policy: str, flows: int) -> bool:
     """Whether `policy` would solve a phase of `flows` flows by classes (analysis'
     `aggregation_wanted`; the phase must also be uniform, which the largest all-to-alls are)."""
@@ -133,6 +147,8 @@ def aggregated_bytes(scenario: Scenario, policy: str, flows: int, geom) -> float
 
 
 def estimate_memory(scenario: Scenario) -> MemoryEstimate:
+    if scenario.fabric.kind != "multiplane-clos":
+        return _graph_estimate(scenario)
     geom = clos_geometry(scenario.fabric)
     flows = max_flows(scenario)
     fabric = BYTES_PER_LINK * (geom.num_links + 1)

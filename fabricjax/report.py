@@ -94,6 +94,10 @@ def _opt(value: float | None, fmt: str) -> str:
 
 
 def fabric_line(fabric: dict) -> str:
+    if fabric.get("kind") in ("fat-tree", "graph"):
+        return (f"{fabric['gpus']:,} GPUs · {fabric['kind']} · {fabric['switches']:,} switches · "
+                f"{fabric['links_directed']:,} directed links · NIC {fabric['nic_gbps']:g}G · "
+                f"up to {fabric['paths_per_pair']} paths per pair")
     return (f"{fabric['gpus']:,} GPUs · {fabric['planes']} plane(s) × {fabric['port_gbps']:g}G "
             f"(NIC {fabric['nic_gbps']:g}G) · radix {fabric['radix']} · {fabric['tiers']} tiers · "
             f"{fabric['switches_t0']:,} T0 + {fabric['switches_t1']:,} T1 switches · "

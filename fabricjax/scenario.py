@@ -41,13 +41,18 @@ class FabricConfig(_Strict):
     """A two-tier multi-plane Clos: every GPU has one port per plane to a T0 of that plane,
     every T0 has one link to every T1 (spine) of its plane."""
 
-    kind: Literal["multiplane-clos"] = "multiplane-clos"
+    kind: Literal["multiplane-clos", "fat-tree", "graph"] = "multiplane-clos"
     gpus: int = Field(1024, ge=2)
     planes: int = Field(8, ge=1, le=64)
     port_gbps: float = 100.0
     radix: int = Field(64, ge=2, le=4096)
     oversubscription: float = Field(1.0, ge=1.0)
-    tiers: Literal[2] = 2
+    tiers: Literal[2, 3] = 2   # 3: fat-tree only
+    # kind graph: a networkx-readable file (GraphML, or an edge list "u v capacity_gbps"),
+    # relative to the scenario; kind fat-tree and graph: up to `paths` shortest paths per pair
+    file: str | None = Field(None, min_length=1, max_length=4096)
+    format: Literal["auto", "graphml", "edgelist"] = "auto"
+    paths: int = Field(8, ge=1, le=1024)
     # servers: GPUs g*k .. g*k+g-1 share server k. With scaleup_gbps > 0 (per GPU and
     # direction, e.g. 3600 for NVLink 4's 450 GB/s), traffic between GPUs of one server rides
     # that scale-up domain and never touches the fabric; 0: no scale-up domain.
@@ -439,8 +444,60 @@ def t0_count(gpus: int, down: int, rail_width: int = 1) -> int:
     return -(-gpus // (down * rail_width)) * rail_width
 
 
+def check_family_scenario(scenario: "Scenario") -> None:
+    """What fat-tree and graph fabrics do not model yet, refused naming the field (they run
+    ecmp and spray over stored paths; mrc, optimal, failures, sharing need the Clos's
+    (plane, spine) structure)."""
+    kind = scenario.fabric.kind
+    bad = [p for p in scenario.policies if p not in ("ecmp", "spray")]
+    if bad:
+        raise ScenarioError("policies", f"{', '.join(bad)} need the multi-plane Clos's "
+                            f"(plane, spine) paths; allowed on kind {kind}: ecmp, spray "
+                            "(--policy ecmp --policy spray)")
+    for field in ("failures", "reliability"):
+        if getattr(scenario, field) is not None:
+            raise ScenarioError(field, f"not modelled on kind {kind} yet; allowed: kind "
+                                "multiplane-clos")
+    if len(scenario.jobs) > 1:
+        raise ScenarioError("jobs", f"jobs sharing the fabric are not modelled on kind {kind} "
+                            "yet; allowed: one job, or workload items")
+
+
+def check_other_fabric(fabric: FabricConfig) -> None:
+    """What a fat-tree or graph fabric needs (the graph file itself is checked when read)."""
+    if fabric.kind == "graph":
+        if fabric.file is None:
+            raise ScenarioError("fabric.file", "kind graph needs a file: GraphML or an edge "
+                                "list, relative to the scenario")
+        return
+    if fabric.file is not None:
+        raise ScenarioError("fabric.file", f"only kind graph reads a file (kind is "
+                            f"{fabric.kind!r})")
+    if fabric.tiers != 3:
+        raise ScenarioError("fabric.tiers", "kind fat-tree is the three-tier fat tree; allowed: "
+                            "3 (two tiers: kind multiplane-clos with planes: 1)")
+    k = fabric.radix
+    if k % 2 or k < 4:
+        raise ScenarioError("fabric.radix", f"a fat tree needs an even radix >= 4 (got {k})")
+    if fabric.oversubscription != 1.0:
+        raise ScenarioError("fabric.oversubscription", "fat trees are built 1:1; allowed: 1")
+    if fabric.paths % fabric.planes:
+        raise ScenarioError("fabric.paths", f"{fabric.paths} paths cannot be split equally "
+                            f"over {fabric.planes} planes; allowed: multiples of fabric.planes")
+    reach = 2 * (k // 2) ** fabric.tiers
+    if fabric.gpus > reach:
+        raise ScenarioError("fabric.gpus", f"{fabric.gpus} GPUs exceed what {fabric.tiers} "
+                            f"tiers of radix {k} reach ({reach:,}); allowed: 2..{reach}")
+
+
 def check_fabric(fabric: FabricConfig) -> None:
     """Raise a ScenarioError for a fabric that cannot be built."""
+    if fabric.kind != "multiplane-clos":
+        return check_other_fabric(fabric)
+    if fabric.tiers != 2 or fabric.file is not None:
+        raise ScenarioError("fabric.tiers" if fabric.tiers != 2 else "fabric.file",
+                            "the multi-plane Clos has tiers: 2 and no file; allowed: kind "
+                            "fat-tree for tiers: 3, kind graph for a file")
     if fabric.radix % 2:
         raise ScenarioError("fabric.radix", f"must be even (got {fabric.radix})")
     up_exact = fabric.radix / (1.0 + fabric.oversubscription)
@@ -719,6 +776,8 @@ def parse_scenario(data: Any, *, default_name: str = "scenario") -> Scenario:
     check_fabric(scenario.fabric)
     check_workload(scenario)
     check_policies(scenario)
+    if scenario.fabric.kind != "multiplane-clos":
+        check_family_scenario(scenario)
     if scenario.failures is not None:
         from fabricjax.failures import check_failures  # imports the fabric (and this module)
 
@@ -804,6 +863,13 @@ def load_scenario(path: str | Path) -> Scenario:
     except ScenarioError as err:
         raise err.with_source(source) from None
     scenario._base_dir = path.parent
+    if scenario.fabric.kind == "graph":   # read (and checked) now, before anything runs
+        from fabricjax.graph_analysis import build_graph
+
+        try:
+            build_graph(scenario)
+        except ScenarioError as err:
+            raise err.with_source(source) from None
     if any(isinstance(item, TrafficConfig) for _, _, item in scenario.items):
         from fabricjax.workload import check_traffic_files
 

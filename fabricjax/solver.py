@@ -205,12 +205,17 @@ def link_statistics(utilisation: jax.Array, alive: jax.Array,
     link). Five sorts of every link cost 65 ms at 8,192 GPUs, most of a failure set's time,
     and failure records report only the P100."""
     masked = jnp.where(alive, utilisation, -jnp.inf)
+    # a tier may be empty (a graph fabric without switch-to-switch cables): its row is zeros
     if p100_only:
         ranges = [(0, masked.shape[0])] + list(tier_bounds)
-        maxima = jnp.stack([jnp.max(masked[a:b]) for a, b in ranges])  # five static ranges
+        maxima = jnp.stack([jnp.max(masked[a:b]) if b > a else jnp.float32(-jnp.inf)
+                            for a, b in ranges])  # five static ranges
         return jnp.where(jnp.isfinite(maxima), maxima, 0.0)[:, None]
     rows = [sorted_quantiles(jnp.sort(masked), jnp.sum(~alive))]
     for start, stop in tier_bounds:  # static: four tiers
+        if stop <= start:
+            rows.append(jnp.zeros(len(QUANTILES), utilisation.dtype))
+            continue
         segment = masked[start:stop]
         rows.append(sorted_quantiles(jnp.sort(segment), jnp.sum(~alive[start:stop])))
     return jnp.stack(rows)

@@ -315,17 +315,17 @@ def point_rows(point: Point, report: Any) -> list[dict]:
     summaries = {}
     if getattr(report, "failures", None) is not None:
         summaries = {(s.policy, s.workload): s for s in report.failures.summaries}
-    from fabricjax.bom import bom
+    from fabricjax.bom import scenario_bom
 
-    cost = bom(point.scenario.fabric, overrides=point.scenario.bom.overrides())
+    cost = scenario_bom(point.scenario)
     rows = []
     for record in report.records:
         row = dict(point.values)
         row.update(policy=record.policy, workload=record.workload)
         row.update({name: getattr(record, name) for name in METRICS})
         # what the design costs beside what it does (the fabric's bill of materials)
-        row.update(switches=cost["switches"], optic_modules=cost["modules"],
-                   watts=cost["watts"])
+        row.update(switches=cost["switches"], optic_modules=cost.get("modules"),
+                   watts=cost.get("watts"))
         summary = summaries.get((record.policy, record.workload))
         if summary is not None:
             row.update(_failure_figures(summary))
@@ -480,8 +480,9 @@ def sweep_table_rows(result: SweepResult) -> tuple[list[str], list[list[str]]]:
                   _u(row["p99_utilisation"]), format_seconds(row["completion_s"]),
                   "—" if row["slowdown"] is None else _u(row["slowdown"]) + "×",
                   "—" if row["busbw_gbps"] is None else f"{row['busbw_gbps']:.1f}",
-                  row["status"], f"{row['switches']:,}", f"{row['optic_modules']:,}",
-                  f"{row['watts'] / 1e3:,.1f}"]
+                  row["status"], f"{row['switches']:,}",
+                  "—" if row["optic_modules"] is None else f"{row['optic_modules']:,}",
+                  "—" if row["watts"] is None else f"{row['watts'] / 1e3:,.1f}"]
         if failures:
             completion = row["failures_completion_p99_s"]
             cells += [_u(row["failures_p100_p99"]),
