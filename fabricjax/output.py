@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import IO, Callable
 
 
 def check_writable(path: str | Path, *, protect: tuple[str | Path, ...] = ()) -> None:
@@ -31,17 +32,21 @@ def check_writable(path: str | Path, *, protect: tuple[str | Path, ...] = ()) ->
         raise PermissionError(f"directory {parent} is not writable")
 
 
-def write_json_atomic(data: dict, path: str | Path) -> None:
+def write_atomic(path: str | Path, write: Callable[[IO], None], *, binary: bool = False
+                 ) -> Path:
+    """Call `write(handle)` on a temporary file in the target's folder, fsync it and rename it
+    over `path`: a reader never sees half a file, and a failure leaves nothing behind (the
+    temporary file is removed, an earlier file at `path` is untouched)."""
     target = Path(path)
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                dir=target.parent if str(target.parent) else ".")
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)   # mkstemp makes 0600; a report is an ordinary file
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        os.fchmod(fd, 0o666 & ~umask)   # mkstemp makes 0600; an output is an ordinary file
+        text_mode = {} if binary else {"encoding": "utf-8", "newline": ""}
+        with os.fdopen(fd, "wb" if binary else "w", **text_mode) as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -49,3 +54,12 @@ def write_json_atomic(data: dict, path: str | Path) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return target
+
+
+def write_text_atomic(text: str, path: str | Path) -> Path:
+    return write_atomic(path, lambda handle: handle.write(text))
+
+
+def write_json_atomic(data: dict, path: str | Path) -> None:
+    write_text_atomic(json.dumps(data, indent=2, allow_nan=False) + "\n", path)

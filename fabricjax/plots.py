@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -87,23 +85,10 @@ def _new_figure(rows: int = 1, cols: int = 1, *, sharey: bool = False):
 def _save(fig, path: str | Path) -> Path:
     """Render `fig` to a temporary PNG beside `path`, then rename it over `path`, so a reader
     never sees half an image and a failed render leaves nothing behind."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)   # mkstemp makes 0600; a figure is an ordinary file
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png", dpi=DPI)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
+    from fabricjax.output import write_atomic
+
+    return write_atomic(path, lambda handle: fig.savefig(handle, format="png", dpi=DPI),
+                        binary=True)
 
 
 def _ordered_policies(policies: Iterable[str]) -> list[str]:

@@ -14,9 +14,7 @@ import dataclasses
 import io
 import itertools
 import math
-import os
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -414,24 +412,9 @@ def csv_text(result: SweepResult) -> str:
 
 
 def _write_text_atomic(text: str, path: str | Path) -> None:
-    """Like `output.write_json_atomic` for any text: a temporary file in the target's folder,
-    fsynced, renamed over the target, so a reader never sees half a file."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                               dir=target.parent if str(target.parent) else ".")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from fabricjax.output import write_text_atomic
+
+    write_text_atomic(text, path)
 
 
 def write_csv(result: SweepResult, path: str | Path) -> None:

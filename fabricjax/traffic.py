@@ -26,9 +26,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-import os
 import re
-import secrets
 import stat
 import warnings
 import zipfile
@@ -846,19 +844,10 @@ def _check_writable(matrix: TrafficMatrix, path: Path, field: str) -> None:
 def _atomic_write(path: Path, text: str, field: str) -> None:
     """Write `text` to a new file beside `path`, then rename it over `path`: a reader sees
     the old file or the whole new one, and a failed write leaves no partial file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    from fabricjax.output import write_text_atomic
+
     try:
-        # os.open with 0o666 so the umask applies (tempfile would make the file 0600).
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        write_text_atomic(text, path)
     except OSError as err:
         raise ScenarioError(field, f"{path}: cannot write ({err.strerror or type(err).__name__}"
                             ")") from None

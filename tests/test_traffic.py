@@ -207,7 +207,9 @@ def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch
     def broken(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(traffic.os, "replace", broken)
+    import fabricjax.output
+
+    monkeypatch.setattr(fabricjax.output.os, "replace", broken)   # the shared atomic writer
     for writer in (lambda: write_htsim(path, matrix, 4), lambda: write_csv(path, matrix)):
         with pytest.raises(ScenarioError, match="cannot write .No space left on device"):
             writer()
