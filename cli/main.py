@@ -292,21 +292,31 @@ def _distributed_env() -> tuple:
     return (os.environ.get("JAX_COORDINATOR_ADDRESS"), *values)
 
 
-def _run_analysis(config, quiet: bool, trace: bool, sensitivity: bool = False):
+def _with_progress(run, quiet: bool, *, start: str, unit: str | None = None):
+    """`run(progress)` under a transient progress bar on stderr (`progress` None if quiet).
+    `unit`: also show "done/total <unit>"."""
+    if quiet:
+        return run(None)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fabricjax.analysis import analyze as run
-
-    if quiet:
-        return run(config, trace=trace, sensitivity=sensitivity)
-    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        task = progress.add_task("building", total=None)
+    columns = [TextColumn("{task.description}", markup=False), BarColumn()]
+    if unit:
+        columns.append(TextColumn("{task.completed}/{task.total} " + unit))
+    with Progress(*columns, TimeElapsedColumn(), console=err, transient=True) as progress:
+        task = progress.add_task(start, total=None)
 
         def update(message: str, done: int, total: int) -> None:
             progress.update(task, description=message, completed=done, total=total)
 
-        return run(config, trace=trace, progress=update, sensitivity=sensitivity)
+        return run(update)
+
+
+def _run_analysis(config, quiet: bool, trace: bool, sensitivity: bool = False):
+    from fabricjax.analysis import analyze as run
+
+    return _with_progress(lambda progress: run(config, trace=trace, progress=progress,
+                                               sensitivity=sensitivity),
+                          quiet, start="building")
 
 
 @app.command()
@@ -383,21 +393,10 @@ def sweep(
 
 
 def _run_sweep(points, quiet: bool):
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from fabricjax.sweep import run_sweep
 
-    if quiet:
-        return run_sweep(points)
-    with Progress(TextColumn("{task.description}", markup=False), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} points"), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        task = progress.add_task("sweeping", total=len(points))
-
-        def update(message: str, done: int, total: int) -> None:
-            progress.update(task, description=message, completed=done, total=total)
-
-        return run_sweep(points, progress=update)
+    return _with_progress(lambda progress: run_sweep(points, progress=progress), quiet,
+                          start="sweeping", unit="points")
 
 
 @app.command()
