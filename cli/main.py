@@ -176,19 +176,9 @@ def analyze(
                      "--max-memory overrides")
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
-    # While computing, Ctrl-C exits at once from a signal handler: a KeyboardInterrupt raised
-    # inside a callback (JAX's garbage-collection hook) is printed and swallowed by Python,
-    # and the run would go on to write its report.
-    previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
-    try:
-        report = _run_analysis(config, quiet or not is_leader(), trace or plot is not None,
-                               sensitivity)
-    except KeyboardInterrupt:
-        _interrupted()
-    except ScenarioError as error:
-        _fail(str(error.with_source(str(scenario))))
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    report = _computing(lambda: _run_analysis(config, quiet or not is_leader(),
+                                              trace or plot is not None, sensitivity),
+                        scenario)
     if not is_leader():   # a distributed run's other processes computed their share; done
         return
     from fabricjax.output import write_json_atomic
@@ -292,6 +282,24 @@ def _distributed_env() -> tuple:
     return (os.environ.get("JAX_COORDINATOR_ADDRESS"), *values)
 
 
+def _computing(run, scenario: Path):
+    """`run()`, the long part of a command: a ScenarioError becomes one line and exit 2.
+    Ctrl-C exits at once from a signal handler (exit 130, nothing written): a
+    KeyboardInterrupt raised inside a callback (JAX's garbage-collection hook) is printed and
+    swallowed by Python, and the run would go on to write its outputs."""
+    from fabricjax.errors import ScenarioError
+
+    previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
+    try:
+        return run()
+    except KeyboardInterrupt:
+        _interrupted()
+    except ScenarioError as error:
+        _fail(str(error.with_source(str(scenario))))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _with_progress(run, quiet: bool, *, start: str, unit: str | None = None):
     """`run(progress)` under a transient progress bar on stderr (`progress` None if quiet).
     `unit`: also show "done/total <unit>"."""
@@ -365,15 +373,7 @@ def sweep(
             check_memory(point.scenario, limit, option="available now")
     except ScenarioError as error:
         _fail(f"{scenario}: point {point.label}: {error}")
-    previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
-    try:
-        result = _run_sweep(points, quiet)
-    except KeyboardInterrupt:
-        _interrupted()
-    except ScenarioError as error:
-        _fail(str(error.with_source(str(scenario))))
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    result = _computing(lambda: _run_sweep(points, quiet), scenario)
     from fabricjax.report import sweep_table
     from fabricjax.sweep import sweep_table_rows, write_csv, write_json
 
