@@ -35,10 +35,10 @@ def test_sweep_writes_a_grid_and_refuses_bad_sets(tmp_path):
     (tmp_path / "s.yaml").write_text(TINY)
     proc = fabricjax("sweep", "s.yaml", "--set", "fabric.planes,fabric.port_gbps=1:200G,2:100G",
                      "--set", "seed=1,2", "--csv", "out.csv", "--json", "out.json", "-q",
-                     cwd=tmp_path)
+                     "-p", "ecmp", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader((tmp_path / "out.csv").open()))
-    assert len(rows) == 2 * 2 * 2          # 4 points x 2 policies x 1 workload
+    assert len(rows) == 2 * 2              # 4 points x 1 policy x 1 workload
     assert {r["fabric.planes"] for r in rows} == {"1", "2"}
     assert all(float(r["switches"]) > 0 and float(r["watts"]) > 0 for r in rows)
     assert len(json.loads((tmp_path / "out.json").read_text())["points"]) == 4
