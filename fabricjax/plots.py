@@ -10,7 +10,6 @@ three or more rows of panels grow 2.5 in per row).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -416,13 +415,10 @@ def plot_sharing(report, path: str | Path) -> Path | None:
 # --------------------------------------------------------------------------- sweeps
 
 def _value_text(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return str(value)
+    """A swept value as the user typed it (the sweep table's spelling)."""
+    from fabricjax.sweep import value_text
+
+    return value_text(value)
 
 
 def _is_number(value: Any) -> bool:
