@@ -33,7 +33,7 @@ err = Console(stderr=True)
 
 def _printable(text: str) -> str:
     """A user's text (a path, a key) escaped to stay on one line, without terminal escapes."""
-    from fabricjax.errors import one_line
+    from fabricjax.core.errors import one_line
 
     return one_line(str(text))
 
@@ -57,9 +57,9 @@ def _interrupted() -> None:
 
 def _version(value: bool) -> None:
     if value:
-        import fabricjax
+        from fabricjax.core.version import __version__
 
-        out.print(f"fabricjax {fabricjax.__version__}")
+        out.print(f"fabricjax {__version__}")
         raise typer.Exit()
 
 
@@ -72,7 +72,7 @@ def _root(
 
 
 def _load(scenario: Path, **overrides):
-    from fabricjax.errors import ScenarioError
+    from fabricjax.core.errors import ScenarioError
     from fabricjax.scenario import load_scenario, with_overrides
 
     try:
@@ -93,7 +93,7 @@ def _check_output(path: Optional[str], option: str, scenario: Path) -> None:
     click's Path type drops a trailing slash, and `--json newdir/` names a folder."""
     if path is None:
         return
-    from fabricjax.output import check_writable
+    from fabricjax.core.output import check_writable
 
     try:
         check_writable(path, protect=(scenario,))
@@ -166,9 +166,9 @@ def analyze(
     _check_output(json_path, "--json", scenario)
     _check_plot_dir(plot)
     _select_device(device, devices, distributed)
-    from fabricjax.devices import is_leader
-    from fabricjax.errors import ScenarioError
-    from fabricjax.memory import available_memory, check_memory
+    from fabricjax.core.devices import is_leader
+    from fabricjax.core.errors import ScenarioError
+    from fabricjax.engine.plan import available_memory, check_memory
 
     try:
         check_memory(config, limit if limit is not None else available_memory(),
@@ -181,16 +181,17 @@ def analyze(
                         scenario)
     if not is_leader():   # a distributed run's other processes computed their share; done
         return
-    from fabricjax.output import write_json_atomic
-    from fabricjax.report import (adaptation_table, bottleneck_lines, fabric_line, flow_table,
-                                  report_dict, sharing_table, time_table, trace_lines,
-                                  utilisation_table)
+    from fabricjax.core.output import write_json_atomic
+    from fabricjax.report.json import report_dict
+    from fabricjax.report.tables import (adaptation_table, bottleneck_lines, fabric_line,
+                                         flow_table, sharing_table, time_table, trace_lines,
+                                         utilisation_table)
 
     if json_path is not None:   # first: a closed pipe on stdout must not cost the report
         write_json_atomic(report_dict(report), json_path)
     figures = []
     if plot is not None:
-        from fabricjax.plots import write_plots
+        from fabricjax.report.plots import write_plots
 
         figures = write_plots(report, plot)
     out.print(f"[bold]{escape(report.scenario)}[/]: {fabric_line(report.fabric)}",
@@ -206,8 +207,8 @@ def analyze(
     for line in trace_lines(report) + bottleneck_lines(report):
         out.print(f"  {escape(line)}", highlight=False)
     if report.failures is not None:
-        from fabricjax.report import (failure_header, failure_lines, failure_table,
-                                      transient_table)
+        from fabricjax.report.tables import (failure_header, failure_lines, failure_table,
+                                             transient_table)
 
         out.print(escape(failure_header(report)), highlight=False)
         out.print(failure_table(report))
@@ -215,11 +216,11 @@ def analyze(
         for line in failure_lines(report):
             out.print(f"  {escape(line)}", highlight=False)
     if report.reliability:
-        from fabricjax.report import reliability_table
+        from fabricjax.report.tables import reliability_table
 
         out.print(reliability_table(report))
     if report.sensitivity:
-        from fabricjax.report import sensitivity_table
+        from fabricjax.report.tables import sensitivity_table
 
         out.print(sensitivity_table(report))
     if json_path is not None:
@@ -231,7 +232,7 @@ def analyze(
 def _memory_limit(text: Optional[str]) -> Optional[int]:
     if text is None:
         return None
-    from fabricjax.units import SIZE_HELP, parse_size
+    from fabricjax.core.units import SIZE_HELP, parse_size
 
     try:
         return int(parse_size(text))
@@ -242,8 +243,8 @@ def _memory_limit(text: Optional[str]) -> Optional[int]:
 def _select_device(name: Optional[str], count: Optional[int], distributed: bool) -> None:
     """Pin JAX to `name`, ask for `count` devices and join a distributed run before JAX starts
     a backend; fail when they are absent."""
-    from fabricjax.devices import (DeviceError, check_devices, init_distributed,
-                                   request_devices, select_device)
+    from fabricjax.core.devices import (DeviceError, check_devices, init_distributed,
+                                        request_devices, select_device)
 
     if count is not None:
         try:
@@ -287,7 +288,7 @@ def _computing(run, scenario: Path):
     Ctrl-C exits at once from a signal handler (exit 130, nothing written): a
     KeyboardInterrupt raised inside a callback (JAX's garbage-collection hook) is printed and
     swallowed by Python, and the run would go on to write its outputs."""
-    from fabricjax.errors import ScenarioError
+    from fabricjax.core.errors import ScenarioError
 
     previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
     try:
@@ -320,7 +321,7 @@ def _with_progress(run, quiet: bool, *, start: str, unit: str | None = None):
 
 
 def _run_analysis(config, quiet: bool, trace: bool, sensitivity: bool = False):
-    from fabricjax.analysis import analyze as run
+    from fabricjax.study.analyze import analyze as run
 
     return _with_progress(lambda progress: run(config, trace=trace, progress=progress,
                                                sensitivity=sensitivity),
@@ -358,14 +359,14 @@ def sweep(
     for path, option in ((csv_path, "--csv"), (json_path, "--json")):
         _check_output(path, option, scenario)
     _check_plot_dir(plot)
-    from fabricjax.errors import ScenarioError
+    from fabricjax.core.errors import ScenarioError
     from fabricjax.sweep import parse_sets, sweep_points
 
     try:
         points = sweep_points(config, parse_sets(sets))
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
-    from fabricjax.memory import available_memory, check_memory
+    from fabricjax.engine.plan import available_memory, check_memory
 
     try:
         limit = available_memory()
@@ -374,7 +375,7 @@ def sweep(
     except ScenarioError as error:
         _fail(f"{scenario}: point {point.label}: {error}")
     result = _computing(lambda: _run_sweep(points, quiet), scenario)
-    from fabricjax.report import sweep_table
+    from fabricjax.report.tables import sweep_table
     from fabricjax.sweep import sweep_table_rows, write_csv, write_json
 
     if csv_path is not None:
@@ -383,7 +384,7 @@ def sweep(
         write_json(result, json_path)
     written = []
     if plot is not None:
-        from fabricjax.plots import write_plots
+        from fabricjax.report.plots import write_plots
 
         written = write_plots(None, plot, sweep=result)
     out.print(sweep_table(*sweep_table_rows(result)))
@@ -410,33 +411,33 @@ def topo(
     """Summarise the fabric: GPUs, switches per tier and plane, links, paths, bisection."""
     config = _load(scenario)
     _check_output(json_path, "--json", scenario)
-    from fabricjax.fabric import fabric_summary
-    from fabricjax.output import write_json_atomic
-    from fabricjax.report import topo_table
+    from fabricjax.core.errors import ScenarioError
+    from fabricjax.core.output import write_json_atomic
+    from fabricjax.fabric.bom import baseline_designs, bom, scenario_bom
+    from fabricjax.fabric.build import build, summary
+    from fabricjax.fabric.clos import fabric_summary
+    from fabricjax.report.topo import bom_lines, bom_table, graph_topo_table, topo_table
 
-    from fabricjax.bom import baseline_designs, bom
-    from fabricjax.errors import ScenarioError
-    from fabricjax.report import bom_lines, bom_table
-
-    try:
-        if config.fabric.kind != "multiplane-clos":
-            _topo_graph(config)
-            summary = None
+    clos = config.fabric.kind == "multiplane-clos"
+    try:   # the Clos's counts follow from its geometry: no link arrays for 131k GPUs
+        counts = fabric_summary(config.fabric) if clos else summary(config, build(config))
+        if clos:
+            designs = [bom(config.fabric, overrides=config.bom.overrides()),
+                       *baseline_designs(config.fabric, config.bom.overrides())]
         else:
-            summary = fabric_summary(config.fabric)
-            overrides = config.bom.overrides()
-            designs = [bom(config.fabric, overrides=overrides),
-                       *baseline_designs(config.fabric, overrides)]
+            designs = [scenario_bom(config)]
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
-    if summary is None:
-        return
-    out.print(topo_table(summary))
-    out.print(bom_table(designs))
+    if clos:
+        out.print(topo_table(counts))
+    else:
+        out.print(graph_topo_table(counts, config.fabric.kind))
+    if "modules" in designs[0]:
+        out.print(bom_table(designs))
     for line in bom_lines(designs):
         out.print(f"  {escape(line)}", highlight=False)
     if json_path is not None:
-        write_json_atomic({**summary, "bom": designs[0], "baselines": designs[1:]}, json_path)
+        write_json_atomic({**counts, "bom": designs[0], "baselines": designs[1:]}, json_path)
         out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
 
 
@@ -459,9 +460,9 @@ def export(
     every flow including those inside servers), for htsim or `collective: traffic`."""
     config = _load(scenario)
     _check_output(output, "OUT", scenario)
-    from fabricjax.errors import ScenarioError
-    from fabricjax.traffic import write_csv, write_htsim
-    from fabricjax.workload import export_matrix
+    from fabricjax.core.errors import ScenarioError
+    from fabricjax.workload.build import export_matrix
+    from fabricjax.workload.traffic import write_csv, write_htsim
 
     try:
         matrix = export_matrix(config, item, phase)
@@ -473,35 +474,6 @@ def export(
         _fail(str(error.with_source(str(scenario))))
     out.print(f"wrote {matrix.num_flows:,} flows of {escape(matrix.source)} to "
               f"{escape(_printable(output))}", highlight=False)
-
-
-def _topo_graph(config) -> None:
-    """`topo` for a fat tree or a graph: its counts and bill of materials."""
-    from rich.table import Table
-
-    from fabricjax.bom import scenario_bom
-    from fabricjax.graph_analysis import build_graph, graph_fabric_summary
-
-    summary = graph_fabric_summary(config, build_graph(config))
-    cost = scenario_bom(config)
-    table = Table(title=f"Fabric ({config.fabric.kind})", title_justify="left",
-                  show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    for name, value in (("GPUs", f"{summary['gpus']:,}"),
-                        ("switches", f"{summary['switches']:,}"),
-                        ("cables (host + switch)", f"{summary['cables']:,} "
-                         f"({summary['host_cables']:,} + {summary['fabric_cables']:,})"),
-                        ("switch ports used", f"{summary['switch_radix_min']} .. "
-                         f"{summary['switch_radix_max']}"),
-                        ("NIC", f"{summary['nic_gbps_max']:g} Gbit/s"),
-                        ("paths per GPU pair (K)", str(summary["paths_per_pair"]))):
-        table.add_row(name, value)
-    out.print(table)
-    if "modules" in cost:
-        from fabricjax.report import bom_table
-
-        out.print(bom_table([cost]))
 
 
 def main() -> None:

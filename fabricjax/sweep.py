@@ -21,11 +21,14 @@ from typing import Any, Callable, NamedTuple
 
 import yaml
 
-from fabricjax.errors import ScenarioError, short_repr
-from fabricjax.output import write_json_atomic
-from fabricjax.scenario import (Scenario, TrafficConfig, _allowed_fields, _SafeLoader,
-                                parse_scenario)
-from fabricjax.units import format_seconds
+from fabricjax.config import Scenario, TrafficConfig
+from fabricjax.core.errors import ScenarioError, short_repr
+from fabricjax.core.output import write_json_atomic, write_text_atomic
+from fabricjax.core.units import format_seconds, value_text
+from fabricjax.fabric.bom import scenario_bom
+from fabricjax.scenario import SafeLoader, allowed_fields, parse_scenario
+from fabricjax.study.analyze import analyze, versions
+from fabricjax.workload.build import traffic_flow_counts
 
 MAX_POINTS = 10_000
 FIELD = "--set"
@@ -83,17 +86,6 @@ class SweepResult:
     reports: list = dataclasses.field(default_factory=list, repr=False)
 
 
-def value_text(value: Any) -> str:
-    """A swept value as a user would type it again (YAML spelling of true, false, null)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
-    return str(value)
-
-
 # --------------------------------------------------------------------------- parsing
 
 def _split_path(path: str) -> tuple[str | int, ...]:
@@ -106,7 +98,7 @@ def _split_path(path: str) -> tuple[str | int, ...]:
 
 def _yaml_value(token: str, path: str) -> Any:
     try:
-        return yaml.load(token, Loader=_SafeLoader)
+        return yaml.load(token, Loader=SafeLoader)
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or "unparseable"
         raise ScenarioError(FIELD, f"{path}={short_repr(token)} is not a YAML value "
@@ -175,7 +167,7 @@ def parse_sets(options: list[str]) -> list[Axis]:
 # --------------------------------------------------------------------------- grid points
 
 def _model_loc(data: dict, parts: tuple) -> tuple:
-    """The loc `_allowed_fields` walks for `parts`: a workload item or job's collective (the
+    """The loc `allowed_fields` walks for `parts`: a workload item or job's collective (the
     union tag) inserted after its index."""
     loc: list = []
     node: Any = data
@@ -213,7 +205,7 @@ def _assign(data: dict, parts: tuple, value: Any, path: str) -> None:
         elif not isinstance(node, dict):
             raise ScenarioError(field, f"{where} is a value, not a section with fields")
         elif part not in node:
-            allowed = _allowed_fields(_model_loc(data, parts[:depth]))
+            allowed = allowed_fields(_model_loc(data, parts[:depth]))
             if not allowed or part not in allowed:
                 message = f"unknown field {part!r}"
                 if allowed:
@@ -264,7 +256,7 @@ def sweep_points(base: Scenario, axes: list[Axis]) -> list[Point]:
     for path, parts in parts_of.items():    # a bad path is reported once, whatever the values
         _assign(probe, parts, None, path)
     base_key = _traffic_key(base)
-    traffic_flows: dict[tuple, dict] = {base_key: dict(base._traffic_flows)}
+    traffic_flows: dict[tuple, dict] = {base_key: base.traffic_flows}
     points = []
     for combo in itertools.product(*(range(len(axis)) for axis in axes)):
         data = copy.deepcopy(dump)
@@ -275,15 +267,11 @@ def sweep_points(base: Scenario, axes: list[Axis]) -> list[Point]:
                 _assign(data, parts_of[path], value, path)
                 values[path], tokens[path] = value, token
         try:
-            scenario = parse_scenario(data, default_name=base.name)
-            scenario._base_dir = base._base_dir
+            scenario = parse_scenario(data, default_name=base.name, base_dir=base.base_dir)
             key = _traffic_key(scenario)
             if key not in traffic_flows:
-                from fabricjax.workload import check_traffic_files
-
-                check_traffic_files(scenario)
-                traffic_flows[key] = dict(scenario._traffic_flows)
-            scenario._traffic_flows = dict(traffic_flows[key])
+                traffic_flows[key] = traffic_flow_counts(scenario)
+            scenario.located(base.base_dir, traffic_flows[key])
         except ScenarioError as err:
             where = f"{err.field}: " if err.field else ""
             raise ScenarioError(_blame(err, axes, tokens),
@@ -313,8 +301,6 @@ def point_rows(point: Point, report: Any) -> list[dict]:
     summaries = {}
     if getattr(report, "failures", None) is not None:
         summaries = {(s.policy, s.workload): s for s in report.failures.summaries}
-    from fabricjax.bom import scenario_bom
-
     cost = scenario_bom(point.scenario)
     rows = []
     for record in report.records:
@@ -333,8 +319,7 @@ def point_rows(point: Point, report: Any) -> list[dict]:
 
 def run_sweep(points: list[Point], *, progress: Callable[[str, int, int], None] | None = None,
               analyze_fn: Callable | None = None) -> SweepResult:
-    """Evaluate every point in order with `analyze_fn` (default `fabricjax.analysis.analyze`,
-    imported here so that parsing a sweep never loads JAX).
+    """Evaluate every point in order with `analyze_fn` (default `study.analyze.analyze`).
 
     All points run in this one process on purpose: JAX keeps every jitted solve compiled per
     input shape and static argument, so points that differ only in traced values (sizes,
@@ -345,8 +330,7 @@ def run_sweep(points: list[Point], *, progress: Callable[[str, int, int], None] 
     `progress(message, done, total)`: before every point (done = points finished), as the
     point's analysis advances, and once at the end. A ScenarioError raised while computing a
     point (e.g. a resource check) is re-raised naming the point's `--set` values."""
-    if analyze_fn is None:
-        from fabricjax.analysis import analyze as analyze_fn
+    analyze_fn = analyze if analyze_fn is None else analyze_fn
     total = len(points)
     rows: list[dict] = []
     wall: list[float] = []
@@ -411,24 +395,16 @@ def csv_text(result: SweepResult) -> str:
     return buffer.getvalue()
 
 
-def _write_text_atomic(text: str, path: str | Path) -> None:
-    from fabricjax.output import write_text_atomic
-
-    write_text_atomic(text, path)
-
-
 def write_csv(result: SweepResult, path: str | Path) -> None:
     """One line per row (columns: `result.columns` then point_wall_s); empty cell = None."""
-    _write_text_atomic(csv_text(result), path)
+    write_text_atomic(csv_text(result), path)
 
 
 def sweep_dict(result: SweepResult) -> dict:
-    from fabricjax.report import environment
-
     rows = [{c: _check_finite(row[c], c) for c in result.columns} for row in result.rows]
     return {
         "scenario": result.points[0].scenario.name if result.points else None,
-        "versions": environment(),
+        "versions": versions(),
         "paths": list(result.paths),
         "points": [{"index": i, "values": p.values, "wall_s": w}
                    for i, (p, w) in enumerate(zip(result.points, result.wall_s))],

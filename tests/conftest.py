@@ -22,8 +22,9 @@ settings.register_profile("dev")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
                                      "ci" if os.environ.get("CI") else "dev"))
 
-from fabricjax.fabric import build_fabric  # noqa: E402
-from fabricjax.scenario import FabricConfig, parse_scenario  # noqa: E402
+from fabricjax.fabric.clos import build_fabric
+from fabricjax.config import FabricConfig
+from fabricjax.scenario import parse_scenario
 
 # rtol/atol per dtype. float32: the solver's own saturation slack is 1e-5 relative, and a few
 # rounds of f32 sums each lose ~1e-7; 1e-4 leaves room for both without hiding real errors

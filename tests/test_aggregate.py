@@ -12,13 +12,14 @@ import math
 import numpy as np
 import pytest
 
-from fabricjax import aggregate as ag
-from fabricjax.analysis import offered_demand, solve_slots
-from fabricjax.fabric import build_fabric
-from fabricjax.paths import hashed_slots, path_set, spread_slots
-from fabricjax.scenario import FabricConfig
-from fabricjax.workload import Flows
+from fabricjax.solver import aggregate as ag
+from fabricjax.engine.phase import offered_demand, solve_slots
+from fabricjax.fabric.clos import build_fabric
+from fabricjax.fabric.paths import hashed_slots, path_set, spread_slots
+from fabricjax.config import FabricConfig
+from fabricjax.workload.flows import Flows
 
+from adapters import solve_aggregated_classes, solve_aggregated_phase
 from conftest import assert_close, scenario_for
 
 SIZE = 2.0**24
@@ -98,7 +99,7 @@ def test_aggregatable_needs_equal_sizes_and_demands():
     assert not ag.aggregatable(flows.src[:0], flows.dst[:0], flows.size[:0], None)
     g = build_fabric(FULL).geometry
     with pytest.raises(ValueError, match="not aggregatable"):
-        ag.solve_aggregated_phase(g, "spray", flows.src, flows.dst, None, uneven,
+        solve_aggregated_phase(g, "spray", flows.src, flows.dst, None, uneven,
                                   np.ones(g.num_links, np.float32), evs=8)
 
 
@@ -121,12 +122,12 @@ def test_spray_is_exact_when_spines_divide_the_evs(cfg, job, per_spine):
     flows = all_to_all(_job(cfg, job))
     plane, spine = spread_slots(g, flows.num_flows, evs, np.random.default_rng(5))
     ref, ref_load = flow_by_flow(fabric, flows, plane, spine)
-    agg = ag.solve_aggregated_phase(g, "spray", flows.src, flows.dst,
+    agg = solve_aggregated_phase(g, "spray", flows.src, flows.dst,
                                     offered_demand(flows, g.nic_gbps, g.gpus), flows.size,
                                     fabric.capacity, evs=evs)
     assert_same_phase(agg, ref, ref_load)
     # the arithmetic class counts give the same answer as the listed flows
-    arith = ag.solve_aggregated_classes(g, "spray", ag.all_to_all_classes(g, _job(cfg, job)),
+    arith = solve_aggregated_classes(g, "spray", ag.all_to_all_classes(g, _job(cfg, job)),
                                         None, SIZE, fabric.capacity, evs=evs)
     assert_same_phase(arith, ref, ref_load)
 
@@ -141,7 +142,7 @@ def test_spray_with_fewer_evs_than_spines_is_the_expectation():
     g = fabric.geometry
     evs = 4 * g.planes
     flows = all_to_all(np.arange(WIDE.gpus))
-    agg = ag.solve_aggregated_classes(g, "spray", ag.all_to_all_classes(g, np.arange(g.gpus)),
+    agg = solve_aggregated_classes(g, "spray", ag.all_to_all_classes(g, np.arange(g.gpus)),
                                       None, SIZE, fabric.capacity, evs=evs)
     draws = []
     for seed in range(4):
@@ -193,7 +194,7 @@ def test_ecmp_sampler_has_the_law_of_hashing():
     flows = all_to_all(np.arange(g.gpus))
     classes = ag.all_to_all_classes(g, np.arange(g.gpus))
     sampled = np.array([
-        ag.solve_aggregated_classes(g, "ecmp", classes, None, SIZE, fabric.capacity, qps=1,
+        solve_aggregated_classes(g, "ecmp", classes, None, SIZE, fabric.capacity, qps=1,
                                     rng=np.random.default_rng([7, s])).result.stats[0, 2]
         for s in range(30)])
     hashed = []
@@ -204,7 +205,7 @@ def test_ecmp_sampler_has_the_law_of_hashing():
     stderr = math.sqrt(sampled.var(ddof=1) / 30 + hashed.var(ddof=1) / 30)
     assert stderr > 0
     assert abs(sampled.mean() - hashed.mean()) < 4 * stderr
-    spray = ag.solve_aggregated_classes(g, "spray", classes, None, SIZE, fabric.capacity,
+    spray = solve_aggregated_classes(g, "spray", classes, None, SIZE, fabric.capacity,
                                         evs=g.planes * g.spines).result.stats[0, 2]
     assert hashed.mean() - spray > 10 * stderr
 
@@ -213,7 +214,7 @@ def test_same_shapes_do_not_recompile():
     fabric = build_fabric(FULL)
     g = fabric.geometry
     classes = ag.all_to_all_classes(g, np.arange(g.gpus))
-    run = lambda seed: ag.solve_aggregated_classes(  # noqa: E731
+    run = lambda seed: solve_aggregated_classes(  # noqa: E731
         g, "ecmp", classes, None, SIZE, fabric.capacity, qps=1, rng=np.random.default_rng(seed))
     run(0)
     before = ag.solve_class_phase._cache_size()
@@ -227,7 +228,7 @@ def test_bad_policy_and_options_are_refused():
     cap = np.full(g.num_links, g.port_gbps, np.float32)
     for policy, kw in [("mrc", {"evs": 8}), ("spray", {}), ("ecmp", {"qps": 1})]:
         with pytest.raises(ValueError):
-            ag.solve_aggregated_classes(g, policy, classes, None, SIZE, cap, **kw)
+            solve_aggregated_classes(g, policy, classes, None, SIZE, cap, **kw)
 
 
 def test_strict_dtype_promotion(strict_promotion):
@@ -235,9 +236,9 @@ def test_strict_dtype_promotion(strict_promotion):
     fabric = build_fabric(FabricConfig(gpus=8, planes=2, radix=4))
     g = fabric.geometry
     classes = ag.all_to_all_classes(g, np.arange(g.gpus))
-    ecmp = ag.solve_aggregated_classes(g, "ecmp", classes, None, SIZE, fabric.capacity, qps=1,
+    ecmp = solve_aggregated_classes(g, "ecmp", classes, None, SIZE, fabric.capacity, qps=1,
                                        rng=np.random.default_rng(0))
-    spray = ag.solve_aggregated_classes(g, "spray", classes, None, SIZE, fabric.capacity,
+    spray = solve_aggregated_classes(g, "spray", classes, None, SIZE, fabric.capacity,
                                         evs=3)
     assert ecmp.result.rates.dtype == spray.load.dtype == np.float32
     # 3 EVs on 2 planes: plane 0 carries 2/3 of each flow, so its NIC ports run at 4/3

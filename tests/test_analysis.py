@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricjax.analysis import analyze
-from fabricjax.errors import ScenarioError
-from fabricjax.fabric import build_fabric, fabric_summary
-from fabricjax.scenario import FabricConfig, load_scenario, parse_scenario, with_overrides
+from fabricjax.study.analyze import analyze
+from fabricjax.core.errors import ScenarioError
+from fabricjax.fabric.clos import build_fabric, fabric_summary
+from fabricjax.config import FabricConfig
+from fabricjax.scenario import load_scenario, parse_scenario, with_overrides
 
 
 def test_full_scale_fabric_counts_match_closed_form():

@@ -8,12 +8,12 @@ from collections import Counter
 import networkx as nx
 import pytest
 
-from fabricjax.bom import (DEFAULT_ASSUMPTIONS, bom, bom_comparison, fat_tree_bom,
-                           fat_tree_reach, mrc_claim_comparison, smallest_fabric,
-                           three_tier_fat_tree_bom, tiers_needed)
-from fabricjax.errors import ScenarioError
-from fabricjax.fabric import build_fabric, clos_geometry
-from fabricjax.scenario import FabricConfig
+from fabricjax.fabric.bom import (
+    DEFAULT_ASSUMPTIONS, bom, bom_comparison, fat_tree_bom, fat_tree_reach, mrc_claim_comparison, smallest_fabric, three_tier_fat_tree_bom, tiers_needed,
+)
+from fabricjax.core.errors import ScenarioError
+from fabricjax.fabric.clos import build_fabric, clos_geometry
+from fabricjax.config import FabricConfig
 
 TWO_TIER_CONFIGS = [
     FabricConfig(gpus=64, planes=1, port_gbps=800.0, radix=16),

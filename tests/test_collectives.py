@@ -11,12 +11,17 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fabricjax.analysis import analyze, sharing_rows, solve_policy_phase
-from fabricjax.errors import ScenarioError
-from fabricjax.fabric import build_fabric
+from fabricjax.engine.phase import solve_policy_phase
+from fabricjax.engine.phase import concat_slots, initial_slots
+from fabricjax.policies import get
+from fabricjax.study.analyze import analyze
+from fabricjax.study.sharing import sharing_rows
+from fabricjax.core.errors import ScenarioError
+from fabricjax.fabric.clos import build_fabric
 from fabricjax.scenario import parse_scenario
-from fabricjax.workload import (Flows, binary_tree_parents, build_workload,
-                                double_tree_parents)
+from fabricjax.workload.build import build_workload
+from fabricjax.workload.collectives import binary_tree_parents, double_tree_parents
+from fabricjax.workload.flows import Flows
 
 MIB = 2**20
 # 32 GPUs, 2 planes of radix-8 switches: 8 T0s of 4 GPUs, 4 spines per plane, full bisection.
@@ -263,8 +268,6 @@ def test_hierarchical_needs_equal_gpus_per_server():
 def _two_job_reference(policy, scen, fabric, jobs):
     """Two single-phase jobs by hand: solve the mix, run until the first ends its phase, then
     the other alone for the rest of its steps (what sharing_rows must do)."""
-    from fabricjax.analysis import initial_slots
-
     a, b = jobs
     pa, pb = a.phases[0], b.phases[0]
     exact = scen.model_copy(update={"solver": scen.solver.model_copy(
@@ -274,14 +277,13 @@ def _two_job_reference(policy, scen, fabric, jobs):
         out = solve_policy_phase(policy, exact, fabric, phase.flows, (collective.stream, 0))
         return float(out.result.phase_time)
 
-    sa = initial_slots(policy, exact, fabric, pa.flows, (a.stream, 0))
-    sb = initial_slots(policy, exact, fabric, pb.flows, (b.stream, 0))
+    sa = initial_slots(get(policy), exact, fabric, pa.flows, (a.stream, 0))
+    sb = initial_slots(get(policy), exact, fabric, pb.flows, (b.stream, 0))
     mix = Flows(np.concatenate([pa.flows.src, pb.flows.src]),
                 np.concatenate([pa.flows.dst, pb.flows.dst]),
                 np.concatenate([pa.flows.size, pb.flows.size]))
     out = solve_policy_phase(policy, exact, fabric, mix, (99, 0),
-                             slots=(np.concatenate([sa[0], sb[0]]),
-                                    np.concatenate([sa[1], sb[1]])))
+                             slots=concat_slots([sa, sb]))
     rates = out.result.rates
     fa = pa.flows.num_flows
     step_a = float(np.max(pa.flows.size * 8e-9 / rates[:fa]))

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricjax.fabric import NUM_TIERS, build_fabric, clos_geometry
-from fabricjax.paths import HOPS, clos_path_links, hashed_slots, path_set, spread_slots
-from fabricjax.scenario import FabricConfig
+from fabricjax.fabric.clos import NUM_TIERS, build_fabric, clos_geometry
+from fabricjax.fabric.paths import HOPS, clos_path_links, hashed_slots, path_set, spread_slots
+from fabricjax.config import FabricConfig
 
 from conftest import SMALL_CONFIGS
 from reference import node_name, reference_fabric_graph, reference_paths

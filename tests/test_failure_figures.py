@@ -24,18 +24,24 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fabricjax.analysis import (_POLICY_STREAM, _phase_inputs, analyze, phase_key,
-                                solve_policy_phase)
-from fabricjax.fabric import build_fabric, fabric_summary
-from fabricjax.failures import (Component, alive_mask_host, parse_component,
-                                rehash_dead_slots, sample_failures)
-from fabricjax.paths import clos_incidence, clos_path_links
-from fabricjax.resilience import solve_failure_sets
-from fabricjax.scenario import FabricConfig, parse_scenario
-from fabricjax.solver import link_load, uniform_live_split
-from fabricjax.workload import build_workload
+from fabricjax.engine.phase import phase_key, solve_policy_phase
+from fabricjax.study.analyze import analyze
+from fabricjax.fabric.clos import build_fabric, fabric_summary
+from fabricjax.fabric.failures import (
+    Component, alive_mask_host, parse_component, sample_failures,
+)
+from fabricjax.fabric.paths import clos_path_links
+from fabricjax.solver.incidence import clos_incidence
+from fabricjax.engine.batch import solve_failure_sets
+from fabricjax.config import FabricConfig
+from fabricjax.scenario import parse_scenario
+from fabricjax.solver.maxmin import link_load, uniform_live_split
+from fabricjax.workload.build import build_workload
 
+from adapters import phase_inputs as _phase_inputs, rehash_dead_slots, solve_mrc_phase
+from adapters import tier_bounds as _tier_bounds
 from conftest import assert_close
+from fabricjax.policies import get
 from reference import node_name, reference_fabric_graph, reference_paths
 
 # --------------------------------------------------------------------------- shared scenario
@@ -326,9 +332,6 @@ def test_mrc_after_a_dead_t1_keeps_each_flows_planes_equal():
     reaction reached), and the evaluation moved their bytes to the other planes. A set with
     fewer EVs on dead paths now always wins.
     """
-    from fabricjax.analysis import _tier_bounds
-    from fabricjax.mrc import solve_mrc_phase
-
     _, hit = _analyze(0, FAST, switches=[T1_SWITCH], samples=1)
     record = hit[("mrc", "shift")]
     fabric = _fabric()
@@ -344,7 +347,7 @@ def test_mrc_after_a_dead_t1_keeps_each_flows_planes_equal():
     cfg = scenario.mrc
     mrc, result = jax.device_get(solve_mrc_phase(
         g, flows.src, flows.dst, pre.plane, pre.spine, demand, size32, flow_cap, capacity,
-        alive, phase_key(0, SHIFT, 0, _POLICY_STREAM["mrc"]), np.float32(cfg.threshold),
+        alive, phase_key(0, SHIFT, 0, get("mrc").stream), np.float32(cfg.threshold),
         np.float32(cfg.damping), np.float32(cfg.tol), eps, max_rounds,
         max_iters=cfg.max_iters, patience=cfg.patience, tier_bounds=_tier_bounds(fabric),
         top_k=5))
@@ -483,7 +486,7 @@ def test_ecmp_reconverged_loads_match_plain_python_rehash(failures):
     pre = solve_policy_phase("ecmp", scenario, fabric, flows, (RANDOM, 0))
     assert pre.plane.shape == (flows.num_flows, 2 * P)
     alive_ext = jnp.asarray(np.append(alive, True))
-    key = phase_key(scenario.seed, RANDOM, 0, _POLICY_STREAM["ecmp"])   # the study's key
+    key = phase_key(scenario.seed, RANDOM, 0, get("ecmp").stream)   # the study's key
     new_spine = np.asarray(rehash_dead_slots(g, jnp.asarray(flows.src), jnp.asarray(flows.dst),
                                              jnp.asarray(pre.plane), jnp.asarray(pre.spine),
                                              alive_ext, key))

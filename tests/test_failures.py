@@ -26,21 +26,28 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricjax.analysis import (TOP_LINKS, _phase_inputs, _tier_bounds, analyze,
-                                solve_policy_phase, solve_slots)
-from fabricjax.errors import ScenarioError
-from fabricjax.fabric import build_fabric, clos_geometry
-from fabricjax.failures import (FailureBatch, alive_mask_host, batch_from_components,
-                                failure_mask, parse_component, rehash_dead_slots,
-                                sample_failures, solve_failure_chunk)
-from fabricjax.paths import path_set
-from fabricjax.report import report_dict
-from fabricjax.resilience import (_collective_sets, _policy_extra, reliability_whatif,
-                                  solve_failure_sets)
-from fabricjax.scenario import FabricConfig, FailureKindConfig, parse_scenario
-from fabricjax.solver import link_load, max_min_rates, slowest_rate, uniform_live_split
-from fabricjax.workload import build_workload
+from fabricjax.engine.phase import solve_policy_phase, solve_slots
+from fabricjax.solver.maxmin import TOP_LINKS
+from fabricjax.study.analyze import analyze
+from fabricjax.core.errors import ScenarioError
+from fabricjax.fabric.clos import build_fabric, clos_geometry
+from fabricjax.engine.batch import (chunk_inputs as engine_chunk_inputs, failure_key, failure_mask,
+                                   run_chunk, solve_failure_chunk)
+from fabricjax.fabric.failures import (
+    FailureBatch, alive_mask_host, batch_from_components, parse_component, sample_failures,
+)
+from fabricjax.fabric.paths import path_set
+from fabricjax.report.json import report_dict
+from fabricjax.engine.batch import solve_failure_sets
+from fabricjax.metrics import failure_set_records
+from fabricjax.policies import get
+from fabricjax.study.resilience import reliability_whatif
+from fabricjax.config import FabricConfig, FailureKindConfig
+from fabricjax.scenario import parse_scenario
+from fabricjax.solver.maxmin import link_load, max_min_rates, slowest_rate, uniform_live_split
+from fabricjax.workload.build import build_workload
 
+from adapters import phase_inputs as _phase_inputs, rehash_dead_slots, tier_bounds as _tier_bounds
 from reference import node_name, reference_fabric_graph, reference_max_min, reference_paths
 
 # The shared fabric: 2 planes, 8 T0s x 8 GPUs, 8 spines per plane (128 fabric cables).
@@ -162,24 +169,14 @@ def ref_for(fabric_cfg: dict) -> Ref:
 
 
 def chunk_inputs(policy, scen, fabric, flows, outcome):
-    """common, extra of `solve_failure_chunk`, on the device, as `solve_failure_sets` builds
-    them (so direct calls and the failure study share compiled code)."""
-    demand, size32, flow_cap, capacity, _, eps, max_rounds = _phase_inputs(fabric, flows, scen,
-                                                                            None)
-    common = dict(src=flows.src, dst=flows.dst, demand=demand, size=size32, flow_cap=flow_cap,
-                  capacity=capacity, link_src=fabric.link_src, link_dst=fabric.link_dst,
-                  eps=eps, max_rounds=max_rounds)
-    extra = _policy_extra(policy, scen, fabric, flows, outcome, 0, 0)
-    return jax.device_put((common, extra))
+    """The shared inputs of a chunk, on the device, as `solve_failure_sets` builds them (so
+    direct calls and the failure study share compiled code)."""
+    return engine_chunk_inputs(policy, scen, fabric, flows, outcome, (0, 0))
 
 
-def call_chunk(policy, scen, fabric, common, extra, batch, width):
-    cfg = scen.mrc
-    out = solve_failure_chunk(policy, fabric.geometry, common, extra,
-                              jax.device_put(batch.take(0, batch.size, batch.size)),
-                              tier_bounds=_tier_bounds(fabric),
-                              top_k=min(TOP_LINKS, fabric.num_links), max_iters=cfg.max_iters,
-                              patience=cfg.patience, slowest_only=True, vmap_width=width)
+def call_chunk(policy, scen, fabric, flows, inputs, batch, width):
+    out = run_chunk(policy, scen, fabric, flows, inputs,
+                    jax.device_put(batch.take(0, batch.size, batch.size)), vmap_width=width)
     return jax.device_get(out)
 
 
@@ -745,10 +742,10 @@ def test_new_failure_sets_do_not_recompile(world):
     assert a.names != b.names
     for x, y in zip(a[1:], b[1:]):
         assert x.shape == y.shape and x.dtype == y.dtype
-    common, extra = chunk_inputs("spray", scen, fabric, flows, baseline("spray", world))
-    first = call_chunk("spray", scen, fabric, common, extra, a, 8)
+    inputs = chunk_inputs("spray", scen, fabric, flows, baseline("spray", world))
+    first = call_chunk("spray", scen, fabric, flows, inputs, a, 8)
     size = solve_failure_chunk._cache_size()
-    second = call_chunk("spray", scen, fabric, common, extra, b, 8)
+    second = call_chunk("spray", scen, fabric, flows, inputs, b, 8)
     assert solve_failure_chunk._cache_size() == size
     assert not np.array_equal(first.affected, second.affected) or not np.array_equal(
         first.stats, second.stats)
@@ -789,7 +786,7 @@ def test_batched_equals_one_by_one_and_single_solve(policy, world, mix_batch):
     out = _batched_matches_single(policy, world, mix_batch, (1, 8))
     scen = scenario()
     base = baseline(policy, world)
-    key = _policy_extra(policy, scen, fabric, flows, base, 0, 0).get("key")
+    key = failure_key(scen, policy, (0, 0))
     changed = 0
     for b in range(mix_batch.size):
         alive = alive_mask_host(g, fabric.link_src, fabric.link_dst, mix_batch.dead_links[b],
@@ -817,9 +814,9 @@ def test_vmap_width_not_dividing_the_chunk(world, mix_batch):
     # apart): the same sets as one at a time, to float32 rounding
     fabric, flows = world["fabric"], world["flows"]
     scen = scenario(MIX)
-    common, extra = chunk_inputs("spray", scen, fabric, flows, baseline("spray", world))
-    out3 = call_chunk("spray", scen, fabric, common, extra, mix_batch, 3)
-    out1 = call_chunk("spray", scen, fabric, common, extra, mix_batch, 1)
+    inputs = chunk_inputs("spray", scen, fabric, flows, baseline("spray", world))
+    out3 = call_chunk("spray", scen, fabric, flows, inputs, mix_batch, 3)
+    out1 = call_chunk("spray", scen, fabric, flows, inputs, mix_batch, 1)
     assert out3.stats.shape[0] == out1.stats.shape[0] == mix_batch.size
     for b in range(mix_batch.size):
         _assert_same_set(out3, out1, b, b)
@@ -963,7 +960,8 @@ def test_transient_accounting_per_policy(world):
 
     def records(policy, **failures):
         s = scenario({**STALL, **failures}, policies=["ecmp", "spray"])
-        return _collective_sets(policy, collective, [res], fabric, s, batch, ideal)
+        return failure_set_records(policy, collective, [res], fabric, s, batch, ideal,
+                                   get(policy).reaction_window_s(s.failures))
 
     for policy in ("ecmp", "spray"):
         recs, summary = records(policy)                       # window 30 >= timeout 30
@@ -1061,8 +1059,10 @@ def test_reliability_crash_probability(world, reconvergence, crash):
 
 def test_draw_index_inverts_drawn_component():
     """Named components are excluded from the random draws by their draw-order index."""
-    from fabricjax.failures import _draw_index, _drawn_component, population
-    from fabricjax.scenario import SwitchFailureConfig
+    from fabricjax.fabric.failures import (
+        draw_index as _draw_index, drawn_component as _drawn_component, population,
+    )
+    from fabricjax.config import SwitchFailureConfig
 
     g = build_fabric(FabricConfig(gpus=100, planes=3, radix=16)).geometry
     configs = [(kind, FailureKindConfig()) for kind in ("links", "degraded", "nic_ports",

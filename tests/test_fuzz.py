@@ -57,9 +57,9 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from typer.testing import CliRunner
 
-from fabricjax.errors import ScenarioError, one_line
-from fabricjax.scenario import (Scenario, job_size, load_scenario, two_tier_ports,
-                                with_overrides)
+from fabricjax.core.errors import ScenarioError, one_line
+from fabricjax.config import Scenario, job_size, two_tier_ports
+from fabricjax.scenario import load_scenario, with_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -1003,8 +1003,8 @@ def _in_pool(config: Scenario) -> bool:
 def _memory_refusal(config: Scenario, case: Case) -> bool:
     """True where the command's memory check will surely refuse (a cheap exit 2)."""
     try:
-        from fabricjax.memory import available_memory, estimate_memory
-        from fabricjax.units import parse_size
+        from fabricjax.engine.plan import available_memory, estimate_memory
+        from fabricjax.core.units import parse_size
     except ImportError:
         return False
     if case.max_memory is not None:

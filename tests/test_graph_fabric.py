@@ -10,16 +10,16 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fabricjax import graph_fabric as gfm
-from fabricjax.bom import fat_tree_bom
-from fabricjax.errors import ScenarioError
-from fabricjax.fabric import build_fabric
-from fabricjax.graph_fabric import (
+from fabricjax.fabric import graph as gfm
+from fabricjax.fabric.bom import fat_tree_bom
+from fabricjax.core.errors import ScenarioError
+from fabricjax.fabric.clos import build_fabric
+from fabricjax.fabric.graph import (
     build_graph_fabric, candidate_paths, fat_tree_graph, graph_bom, graph_summary, load_graph,
 )
-from fabricjax.paths import path_set
-from fabricjax.scenario import FabricConfig
-from fabricjax.solver import solve_uniform_phase
+from fabricjax.fabric.paths import path_set
+from fabricjax.config import FabricConfig
+from fabricjax.solver.maxmin import solve_uniform_phase
 
 from conftest import assert_close
 

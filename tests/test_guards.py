@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabricjax.analysis import solve_policy_phase
-from fabricjax.errors import ScenarioError
-from fabricjax.fabric import build_fabric, fabric_summary
-from fabricjax.scenario import FabricConfig, load_scenario, parse_scenario
-from fabricjax.workload import build_workload
+from fabricjax.engine.phase import solve_policy_phase
+from fabricjax.core.errors import ScenarioError
+from fabricjax.fabric.clos import build_fabric, fabric_summary
+from fabricjax.config import FabricConfig
+from fabricjax.scenario import load_scenario, parse_scenario
+from fabricjax.workload.build import build_workload
 
 REPO = Path(__file__).resolve().parents[1]
 PERM = "workload: [{collective: permutation, size: 4MB}]\n"

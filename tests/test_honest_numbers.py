@@ -26,10 +26,13 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from fabricjax import report as rp
-from fabricjax.analysis import analyze
-from fabricjax.errors import ScenarioError
-from fabricjax.scenario import POLICIES, parse_scenario
+from fabricjax.report import tables as rp
+from fabricjax.report.json import report_dict
+from fabricjax.report.topo import topo_table
+from fabricjax.study.analyze import analyze
+from fabricjax.core.errors import ScenarioError
+from fabricjax.config import POLICIES
+from fabricjax.scenario import parse_scenario
 
 # 10 GPUs on 3 T0s per plane (the last one half full), 4 spines per plane, 2 planes: a whole
 # plane is 7 switch nodes, so a plane plus one switch still pads to 8.
@@ -268,7 +271,7 @@ def render(renderable) -> str:
 
 def rendered_text(report) -> str:
     """Every table and line the CLI prints for this report, as plain text."""
-    parts = [rp.fabric_line(report.fabric), render(rp.topo_table(report.fabric)),
+    parts = [rp.fabric_line(report.fabric), render(topo_table(report.fabric)),
              render(rp.utilisation_table(report)), render(rp.time_table(report))]
     adaptation = rp.adaptation_table(report)
     if adaptation is not None:
@@ -290,7 +293,7 @@ def check_report(report) -> dict:
            "reliability": ([r.as_dict() for r in report.reliability]
                            if report.reliability is not None else None)}
     assert non_finite(raw) == []
-    data = rp.report_dict(report)
+    data = report_dict(report)
     assert non_finite(data) == []
     json.dumps(data, allow_nan=False)
     check_records(report)

@@ -17,16 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from fabricjax.analysis import offered_demand
-from fabricjax.fabric import build_fabric
-from fabricjax.optimal import (
-    STATUS_ITERATION_LIMIT, STATUS_NO_PATH, STATUS_OK, commodities, expand_weights,
-    full_slot_grid, optimal_split, solve_commodities,
+from fabricjax.engine.phase import offered_demand
+from fabricjax.fabric.clos import build_fabric
+from fabricjax.policies.optimal import (
+    commodities, expand_weights, full_slot_grid, optimal_split, solve_commodities,
 )
-from fabricjax.paths import clos_path_links
-from fabricjax.scenario import FabricConfig
-from fabricjax.solver import link_load
-from fabricjax.workload import permutation
+from fabricjax.fabric.paths import clos_path_links
+from fabricjax.config import FabricConfig
+from fabricjax.core.status import Status
+from fabricjax.solver.maxmin import link_load
+from fabricjax.workload.collectives import permutation
 
 from reference import node_name, reference_fabric_graph, reference_paths
 
@@ -149,7 +149,7 @@ def test_matches_exact_lp(name, seed):
     res = jax.device_get(optimal_split(fabric.geometry, src, dst, demand, capacity, alive,
                                        tol=1e-5))
     lp = reference_optimum(cfg, fabric, src, dst, demand, capacity, alive)
-    assert int(res.status) & STATUS_ITERATION_LIMIT == 0, (res.upper, res.lower, res.iterations)
+    assert int(res.status) & Status.ITERATION_CAP == 0, (res.upper, res.lower, res.iterations)
     assert abs(float(res.upper) - lp) <= 1e-3
     assert float(res.lower) <= lp + _slack(lp)
     assert lp <= float(res.upper) + _slack(lp)
@@ -184,7 +184,7 @@ def test_all_alive_uniform_spreading_is_optimal(name, seed):
                                                     np.random.default_rng(seed), uniform=True)
     res = jax.device_get(optimal_split(g, src, dst, demand, capacity, alive))
     expected = uniform_spread_optimum(fabric, src, dst, demand)
-    assert int(res.status) == STATUS_OK
+    assert int(res.status) == Status.OK
     np.testing.assert_allclose(res.upper, expected, rtol=1e-5)
     np.testing.assert_allclose(res.lower, expected, rtol=2e-4)
 
@@ -199,7 +199,7 @@ def test_permutation_at_line_rate_is_bound_by_the_nics():
     demand = offered_demand(flows, g.nic_gbps, g.gpus)
     res = jax.device_get(optimal_split(g, flows.src, flows.dst, demand, fabric.capacity,
                                        np.ones(g.num_links, dtype=bool)))
-    assert int(res.status) == STATUS_OK
+    assert int(res.status) == Status.OK
     np.testing.assert_allclose([res.upper, res.lower], [1.0, 1.0], rtol=1e-6)
     np.testing.assert_allclose(res.upper, uniform_spread_optimum(fabric, flows.src, flows.dst,
                                                                  demand), rtol=1e-6)
@@ -233,7 +233,7 @@ def test_weights_and_loads(name, seed):
     every_plane = plane_live.all(axis=1)
     np.testing.assert_allclose(weights[every_plane].sum(axis=1), 1.0, atol=1e-6)
     stuck = np.any((demand[:, None] > 0) & ~plane_live)
-    assert bool(int(res.status) & STATUS_NO_PATH) == stuck
+    assert bool(int(res.status) & Status.LOST_PLANE) == stuck
 
     load = np.asarray(_link_load(jnp.asarray(links), jnp.asarray(weights), jnp.asarray(demand),
                                  g.num_links + 1))[:g.num_links]
@@ -258,7 +258,7 @@ def test_iteration_limit_keeps_valid_bounds():
     for cap in (0, 1, 3):
         res = jax.device_get(optimal_split(fabric.geometry, *case, max_iters=cap))
         assert int(res.iterations) == cap
-        assert int(res.status) & STATUS_ITERATION_LIMIT
+        assert int(res.status) & Status.ITERATION_CAP
         assert float(res.lower) <= lp + _slack(lp) and lp <= float(res.upper) + _slack(lp)
 
 
@@ -283,7 +283,7 @@ def test_no_traffic_and_bad_inputs():
     res = jax.device_get(optimal_split(g, src, dst, np.zeros(num_flows, np.float32), capacity,
                                        alive))
     assert float(res.upper) == 0.0 and float(res.gap) == 0.0
-    assert int(res.status) & STATUS_ITERATION_LIMIT == 0
+    assert int(res.status) & Status.ITERATION_CAP == 0
     assert np.all(np.isfinite(res.weights))
     with pytest.raises(ValueError, match="demand"):
         optimal_split(g, src, dst, -np.ones(num_flows, np.float32), capacity, alive)

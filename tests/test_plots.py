@@ -18,8 +18,9 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from fabricjax import plots
-from fabricjax.analysis import SharingRow, analyze
+from fabricjax.report import plots
+from fabricjax.results import SharingRow
+from fabricjax.study.analyze import analyze
 from fabricjax.scenario import parse_scenario
 
 TINY_FABRIC = {"gpus": 32, "planes": 2, "radix": 8}

@@ -10,14 +10,27 @@ fabric, 3.5 against 3.17), so mrc <= spray is asserted without dead links only."
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
-from fabricjax.analysis import solve_policy_phase
-from fabricjax.fabric import build_fabric
+from cli.main import app
+from fabricjax.core.errors import ScenarioError
+from fabricjax.core.registry import register, unregister
+from fabricjax.engine.phase import solve_policy_phase
+from fabricjax.fabric.clos import build_fabric
+from fabricjax.fabric.paths import hashed_slots
+from fabricjax.policies.base import Policy, Reaction, Slots, stored_spray_slots
 from fabricjax.scenario import parse_scenario
-from fabricjax.workload import build_workload
+from fabricjax.study.analyze import analyze
+from fabricjax.workload.build import build_workload
 
 # fixed shapes per row so each policy compiles once per row
 FABRICS = [
@@ -64,3 +77,80 @@ def test_optimal_le_mrc_le_spray(which, seed, dead):
         assert p100["mrc"] <= p100["spray"] + 1e-5, p100
     assert p100["optimal"] <= p100["mrc"] + gap + 1e-5, (p100, gap)
     assert p100["optimal"] >= 1.0 - 1e-5   # host links are at 1 under a full-rate permutation
+
+
+# --------------------------------------------------------------------------- a policy is one file
+
+@dataclasses.dataclass(frozen=True)
+class FirstLive(Policy):
+    """A toy policy defined here and nowhere else: every flow sends everything on the first
+    of its slots whose path is alive (one hashed QP per plane on a Clos, its candidate paths
+    elsewhere), and it reacts to a failure by falling over to the next live slot."""
+
+    name: str = "first-live"
+    stream: int = 77
+    label: str = "every flow on its first live path (a toy)"
+
+    def slots_per_flow(self, scenario) -> int:
+        if scenario.fabric.kind == "multiplane-clos":
+            return scenario.fabric.planes
+        return scenario.fabric.paths
+
+    def init(self, scenario, fabric, flows, routes, rng) -> Slots:
+        if routes is None:
+            return Slots(*hashed_slots(fabric.geometry, flows.num_flows, 1, rng))
+        return Slots(*stored_spray_slots(routes))
+
+    def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
+              settings, tier_bounds) -> Reaction:
+        links = routes.slot_links(plane, choice)
+        live = jnp.all(jnp.concatenate([alive, jnp.array([True])])[links], axis=-1)
+        first = jax.nn.one_hot(jnp.argmax(live, axis=1), choice.shape[1], dtype=jnp.float32)
+        return Reaction(choice=choice, weights=first * jnp.any(live, axis=1, keepdims=True))
+
+
+@pytest.fixture
+def first_live():
+    policy = register(FirstLive())
+    yield policy
+    unregister(policy.name)
+
+
+def test_a_policy_is_one_file(first_live, tmp_path):
+    """Registered from this test file alone, the toy runs through `analyze` (baseline, the
+    progressive simulation, a failure study and the reliability what-if) and the CLI."""
+    planes = 4
+    scenario = parse_scenario({
+        "fabric": {"gpus": 32, "planes": planes, "radix": 8}, "seed": 3,
+        "workload": [{"collective": "permutation", "shift": 4, "size": "4MiB"}],
+        "policies": ["first-live", "spray"],
+        "failures": {"nic_ports": ["plane0/gpu0"], "samples": 1},
+        "reliability": {"link_failures_per_hour": 1e-5}})
+    report = analyze(scenario)
+    toy, spray = report.records
+    assert toy.policy == "first-live" and toy.paths_per_flow == planes
+    # a GPU's whole NIC rate on one of its P ports: that port runs at P x its capacity
+    assert toy.utilisation_by_tier["gpu-t0"]["p100"] == pytest.approx(planes, rel=1e-5)
+    # so a flow gets one 100G port at most (less where two QPs hash onto one spine)
+    assert toy.min_rate_gbps <= 100.0 * (1 + 1e-6)
+    assert toy.completion_s >= planes * spray.completion_s * (1 - 1e-6)
+    assert toy.progressive_s == pytest.approx(toy.completion_s, rel=1e-4)
+    (toy_set,) = [r for r in report.failures.records if r["policy"] == "first-live"]
+    # GPU 0's plane-0 port is dead (both directions): the flows out of and into GPU 0 fall
+    # over to plane 1 and nothing stalls
+    assert toy_set["stalled_flows"] == 0 and toy_set["affected_flows"] == 2
+    assert toy_set["status"] == "ok"
+    assert [r.policy for r in report.reliability] == ["first-live", "spray"]
+    # and from the command line
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(scenario.model_dump(exclude_none=True)))
+    out = CliRunner().invoke(app, ["analyze", str(path), "-q", "-p", "first-live"])
+    assert out.exit_code == 0, out.output
+    assert "first-live" in out.output
+
+
+def test_an_unknown_policy_is_refused_with_the_known_ones():
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario({"workload": [{"collective": "permutation"}],
+                        "policies": ["first-live"]})
+    assert err.value.field == "policies[0]" and "'ecmp', 'spray'" in err.value.message

@@ -8,17 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricjax.fabric import build_fabric
-from fabricjax.paths import hashed_slots, path_set, spread_slots
-from fabricjax.progressive import (
-    STATUS_EVENT_LIMIT, fct_quantiles, progressive_completion, solve_clos_progressive_uniform,
-    solve_clos_progressive_weighted, status_names,
-)
-from fabricjax.scenario import FabricConfig
-from fabricjax.solver import (
-    GBIT_PER_BYTE, STATUS_ROUND_LIMIT, STATUS_STALLED, max_min_rates, uniform_live_split,
+from fabricjax.fabric.clos import build_fabric
+from fabricjax.fabric.paths import hashed_slots, path_set, spread_slots
+from fabricjax.core.status import Status, status_names
+from fabricjax.solver.progressive import fct_quantiles, progressive_completion
+from fabricjax.config import FabricConfig
+from fabricjax.solver.maxmin import (
+    GBIT_PER_BYTE, max_min_rates, uniform_live_split,
 )
 
+from adapters import solve_clos_progressive_uniform, solve_clos_progressive_weighted
 from reference import reference_progressive
 
 # One compile per input shape: the random cases come in one fixed-shape bucket, and the sweep
@@ -105,8 +104,8 @@ def test_matches_reference_on_random_cases(seed):
     expected, _ = reference_progressive(*case)
     assert_finish_close(res.finish, expected)
     stalled = np.isinf(expected).any()
-    assert bool(res.status & STATUS_STALLED) == stalled
-    assert not res.status & (STATUS_EVENT_LIMIT | STATUS_ROUND_LIMIT)
+    assert bool(res.status & Status.STALLED) == stalled
+    assert not res.status & (Status.EVENT_LIMIT | Status.ROUND_LIMIT)
     _, _, sizes, starts, _, _ = case
     empty = sizes <= 0
     np.testing.assert_array_equal(res.finish[empty], starts[empty])   # finish at their start
@@ -150,7 +149,7 @@ def test_two_flows_share_a_link_textbook():
     assert res.events == 2 and res.status == 0
     static = progressive(*case, max_events=0)
     np.testing.assert_allclose(static.finish, [0.2, 0.4], rtol=1e-5)
-    assert static.events == 0 and static.status == STATUS_EVENT_LIMIT
+    assert static.events == 0 and static.status == Status.EVENT_LIMIT
 
 
 @pytest.mark.parametrize("n", [2, 7, 16])
@@ -199,7 +198,7 @@ def test_stalled_flow_is_inf_and_the_others_finish():
     res = progressive(*case)
     np.testing.assert_allclose(res.finish[[0, 2]], [0.2, 0.4], rtol=1e-5)
     assert np.isinf(res.finish[[1, 3]]).all()
-    assert res.status & STATUS_STALLED and "stalled" in status_names(int(res.status))
+    assert res.status & Status.STALLED and "stalled" in status_names(int(res.status))
     assert res.events == 3
     assert_finish_close(res.finish, reference_progressive(*case)[0])
     fct = fct_quantiles(res.finish, case[3], sizes)
@@ -215,7 +214,7 @@ def test_event_limit_extrapolates_finite_finishes():
     exact = progressive(*case)
     one = progressive(*case, max_events=1)
     assert one.events == 1
-    assert one.status & STATUS_EVENT_LIMIT and "event_limit" in status_names(int(one.status))
+    assert one.status & Status.EVENT_LIMIT and "event_limit" in status_names(int(one.status))
     assert np.all(np.isfinite(one.finish)) and np.all(one.finish >= case[3])
     # the first event's completions are already exact
     sending = case[2] > 0
@@ -327,7 +326,7 @@ def test_clos_wrappers_match_reference(slots):
     expected, _ = reference_progressive(paths.links, weights, sizes, starts, flow_cap,
                                         capacity_ext)
     assert_finish_close(res.finish, expected)
-    assert bool(res.status & STATUS_STALLED) == bool(np.isinf(expected).any())
+    assert bool(res.status & Status.STALLED) == bool(np.isinf(expected).any())
 
     # a given split, with some flows losing a plane (weights summing to 1/2: half the cap)
     given_w = rng.random(plane.shape).astype(np.float32) + 0.1

@@ -16,10 +16,12 @@ import time
 
 import pytest
 
-from fabricjax.errors import ScenarioError
-from fabricjax.memory import (BYTES_PER_SLOT, check_memory, estimate_memory, max_flows,
-                              slots_per_flow)
-from fabricjax.report import NonFiniteError, _finite
+from fabricjax.core.errors import ScenarioError
+from fabricjax.engine.plan import (
+    check_memory, estimate_memory, max_flows, slots_per_flow,
+)
+from fabricjax.report.json import NonFiniteError, finite as _finite
+from fabricjax.policies import get
 from fabricjax.scenario import parse_scenario
 from test_cli import _env, assert_one_line_error, fabricjax
 
@@ -54,7 +56,7 @@ def test_estimate_grows_with_every_dimension():
     no_mrc = estimate_memory(parse_scenario({**BIG, "policies": ["ecmp", "spray"]}))
     assert more_evs.total > base.total > fewer_gpus.total and no_mrc.total < base.total
     assert base.solve_policy == "mrc" and base.flows == 131072 and base.slots == 128
-    assert base.solve == BYTES_PER_SLOT["mrc"] * 131072 * 128
+    assert base.solve == get("mrc").bytes_per_slot * 131072 * 128
     with_failures = estimate_memory(parse_scenario({**BIG, "failures": {"samples": 1000,
                                                                         "links": 2}}))
     assert with_failures.failure_records > 0 and with_failures.total > base.total
@@ -286,7 +288,7 @@ def test_every_loop_bound_is_a_reported_status():
     """max-min rounds and mrc iterations stop at their bound, and the record says so instead
     of passing the truncated answer off as converged (optimal's iteration cap: test_optimal;
     on these fabrics its bound is tight before the first iteration)."""
-    from fabricjax.analysis import analyze
+    from fabricjax.study.analyze import analyze
 
     scenario = parse_scenario({
         "fabric": {"gpus": 64, "planes": 2, "radix": 16, "oversubscription": 3},

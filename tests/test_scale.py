@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricjax.analysis import solve_policy_phase
-from fabricjax.fabric import build_fabric
+from fabricjax.engine.phase import solve_policy_phase
+from fabricjax.fabric.clos import build_fabric
 from fabricjax.scenario import parse_scenario
-from fabricjax.workload import build_workload
+from fabricjax.workload.build import build_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,8 +68,8 @@ def test_auto_rates_give_the_full_max_min_phase_time(seed, policy, which, dead):
 
 def test_auto_rates_fall_back_to_full_rounds_for_unequal_sizes():
     """A phase whose flows send different bytes runs the full rounds even under `auto`."""
-    from fabricjax.analysis import slowest_only
-    from fabricjax.workload import Flows
+    from fabricjax.engine.plan import slowest_only
+    from fabricjax.workload.flows import Flows
 
     scenario = _scenario(64, 16, 2, "auto", 1, {"collective": "permutation"})
     equal = Flows(np.arange(4), np.arange(1, 5), np.full(4, 8.0))
@@ -86,9 +86,9 @@ SHARD_SCRIPT = r"""
 import json, sys
 import numpy as np
 import jax
-from fabricjax.analysis import analyze
+from fabricjax.study.analyze import analyze
 from fabricjax.scenario import parse_scenario
-from fabricjax.devices import compute_devices
+from fabricjax.core.devices import compute_devices
 policies = sys.argv[1].split(",")
 scenario = parse_scenario({
     "fabric": {"gpus": 128, "planes": 4, "radix": 16}, "seed": 5,

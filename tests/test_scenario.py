@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabricjax.errors import ScenarioError
-from fabricjax.scenario import (AllReduceConfig, PermutationConfig, Scenario, load_scenario,
-                                parse_scenario, two_tier_ports)
+from fabricjax.core.errors import ScenarioError
+from fabricjax.config import AllReduceConfig, PermutationConfig, Scenario, two_tier_ports
+from fabricjax.scenario import load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"

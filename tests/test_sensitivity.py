@@ -19,19 +19,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fabricjax.analysis import TOP_LINKS, initial_slots, offered_demand, solve_policy_phase
-from fabricjax.fabric import build_fabric
-from fabricjax.optimal import full_slot_grid, optimal_split
-from fabricjax.paths import (
-    path_set, solve_clos_uniform_phase, solve_clos_weighted_phase, spread_slots,
+from fabricjax.engine.phase import initial_slots, offered_demand, solve_policy_phase
+from fabricjax.solver.maxmin import TOP_LINKS
+from fabricjax.fabric.clos import build_fabric
+from fabricjax.policies.optimal import full_slot_grid, optimal_split
+from fabricjax.fabric.paths import path_set, spread_slots
+from fabricjax.config import FabricConfig
+from fabricjax.scenario import parse_scenario
+from fabricjax.policies import get
+from fabricjax.solver.gradients import p100, phase_split, phase_time, sensitivity, tied_max
+from fabricjax.study.sensitivity import (
+    TIE_RTOL, collective_sensitivity, link_sensitivity, phase_sensitivity,
 )
-from fabricjax.scenario import FabricConfig, parse_scenario
-from fabricjax.sensitivity import (
-    TIE_RTOL, clos_phase_split, collective_sensitivity, link_sensitivity, p100, phase_sensitivity,
-    phase_split, phase_time, sensitivity, tied_max,
-)
-from fabricjax.solver import uniform_live_split
-from fabricjax.workload import Flows, build_workload
+from fabricjax.solver.maxmin import uniform_live_split
+from fabricjax.workload.build import build_workload
+from fabricjax.workload.flows import Flows
+
+from adapters import clos_phase_split, solve_clos_uniform_phase, solve_clos_weighted_phase
 
 BUCKETS = {"g16": FabricConfig(gpus=16, planes=2, radix=8),
            "g32": FabricConfig(gpus=32, planes=2, radix=8)}
@@ -430,8 +434,8 @@ def test_mrc_outcome_is_evaluated_on_its_returned_evs():
     sens = phase_sensitivity(scenario, fabric, flows, outcome, "mrc")
     np.testing.assert_allclose(sens.p100, outcome.result.stats[0, 2], rtol=1e-6)
     np.testing.assert_allclose(sens.time, outcome.result.phase_time, rtol=1e-6)
-    initial = dataclasses.replace(outcome, spine=initial_slots(
-        "mrc", scenario, fabric, flows, (0, 0))[1])
+    initial = dataclasses.replace(outcome, choice=initial_slots(
+        get("mrc"), scenario, fabric, flows, (0, 0)).choice)
     assert phase_sensitivity(scenario, fabric, flows, initial, "mrc").p100 > sens.p100
 
 

@@ -11,17 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricjax import solver
-from fabricjax.analysis import offered_demand, solve_phase, solve_slots
-from fabricjax.fabric import build_fabric
-from fabricjax.paths import hashed_slots, path_set, solve_clos_uniform_phase, spread_slots
-from fabricjax.scenario import FabricConfig
-from fabricjax.solver import (
-    STATUS_OK, STATUS_ROUND_LIMIT, STATUS_STALLED, link_load, max_min_rates,
-    solve_uniform_phase, uniform_live_split,
+from fabricjax.solver import maxmin as solver
+from fabricjax.core.status import Status
+from fabricjax.engine.phase import offered_demand, run_phase, solve_slots
+from fabricjax.fabric.clos import build_fabric
+from fabricjax.fabric.paths import hashed_slots, path_set, spread_slots
+from fabricjax.config import FabricConfig
+from fabricjax.solver.maxmin import (
+    link_load, max_min_rates, solve_uniform_phase, uniform_live_split,
 )
-from fabricjax.workload import Flows, permutation
+from fabricjax.workload.collectives import permutation
+from fabricjax.workload.flows import Flows
 
+from adapters import solve_phase
 from conftest import TINY_CONFIG, assert_close, scenario_for
 from reference import (
     ecmp_balls_in_bins_exact, ecmp_balls_in_bins_p100, reference_incidence,
@@ -177,7 +179,7 @@ def test_max_min_matches_reference_random(seed):
     with jax.numpy_dtype_promotion("strict"):
         out = _max_min(ids, weights, flow_cap, capacity, eps=0.0)
     ref, _ = reference_max_min(ids, weights, flow_cap, capacity)
-    assert int(out.status) == STATUS_OK
+    assert int(out.status) == Status.OK
     assert_close(out.rates, ref, dtype=np.float32)
     assert_max_min_certificate(ids, weights, flow_cap, capacity, out.rates)
 
@@ -189,7 +191,7 @@ def test_max_min_matches_reference_on_clos(seed, tiny_fabric):
     links, weights, _, flow_cap, capacity, _ = clos_case(tiny_fabric, rng)
     out = _max_min(links, weights, flow_cap, capacity, eps=0.0)
     ref, _ = reference_max_min(links, weights, flow_cap, capacity)
-    assert int(out.status) == STATUS_OK
+    assert int(out.status) == Status.OK
     assert_close(out.rates, ref, dtype=np.float32, atol=1e-3)
     assert_max_min_certificate(links, weights, flow_cap, capacity, out.rates)
     no_path = weights.sum(axis=1) == 0
@@ -225,7 +227,7 @@ def test_max_min_matches_reference_medium_clos(seed):
     out = _max_min(links, weights, flow_cap, capacity, eps=0.0)
     ref, rounds = reference_max_min(links, weights, flow_cap, capacity)
     assert rounds > 10                      # a case with many distinct levels
-    assert int(out.status) == STATUS_OK
+    assert int(out.status) == Status.OK
     assert_close(out.rates, ref, dtype=np.float32, atol=1e-3)
     assert_max_min_certificate(links, weights, flow_cap, capacity, out.rates)
     # eps mode: what it is for (fewer rounds), within its contract
@@ -288,7 +290,7 @@ def test_certificate_rejects_non_max_min_rates():
 
 
 def test_round_limit_reports_status_and_lower_bounds():
-    """STATUS_ROUND_LIMIT docs: stopped early, the rates are lower bounds of the final ones."""
+    """Status.ROUND_LIMIT docs: stopped early, the rates are lower bounds of the final ones."""
     rng = np.random.default_rng(7)
     for _ in range(200):
         ids, weights, flow_cap, capacity = random_case(rng)
@@ -299,7 +301,7 @@ def test_round_limit_reports_status_and_lower_bounds():
         pytest.fail("no case needing 2 rounds found")
     cut = _max_min(ids, weights, flow_cap, capacity, eps=0.0, max_rounds=1)
     assert int(cut.rounds) == 1
-    assert int(cut.status) & STATUS_ROUND_LIMIT
+    assert int(cut.status) & Status.ROUND_LIMIT
     assert np.all(np.asarray(cut.rates) <= np.asarray(full.rates) * (1 + 1e-5) + 1e-7)
 
 
@@ -328,7 +330,7 @@ def test_eps_mode_feasible_and_slowest_rate_within_eps(seed, eps):
     ids, weights, flow_cap, capacity = random_case(rng, flows=12, dead=0.1)
     exact, _ = reference_max_min(ids, weights, flow_cap, capacity)
     approx = _max_min(ids, weights, flow_cap, capacity, eps=eps)
-    assert int(approx.status) == STATUS_OK
+    assert int(approx.status) == Status.OK
     assert_eps_contract(exact, approx.rates, weights, ids, flow_cap, capacity, eps)
 
 
@@ -438,7 +440,7 @@ def test_spray_over_all_paths_of_full_bisection_permutation(cfg):
     assert float(res.stats[0, 2]) <= 1 + 1e-5
     assert float(res.stats[0, 2]) >= 1 - 1e-5          # the host links are exactly full
     assert_close(res.rates, np.full(flows.num_flows, geom.nic_gbps), dtype=np.float32)
-    assert int(res.status) == STATUS_OK and int(res.stalled) == 0
+    assert int(res.status) == Status.OK and int(res.stalled) == 0
     assert float(res.phase_time) == pytest.approx(float(res.ideal_time), rel=1e-5)
 
 
@@ -513,7 +515,7 @@ def _solve_computed(fabric, flows, plane, spine, scenario, alive):
 
 
 ENTRIES = [("stored-ids", _solve_stored, lambda: solve_uniform_phase),
-           ("computed-ids", _solve_computed, lambda: solve_clos_uniform_phase)]
+           ("computed-ids", _solve_computed, lambda: run_phase)]
 
 
 @pytest.mark.parametrize("name,solve,jitted", ENTRIES, ids=[e[0] for e in ENTRIES])
@@ -562,8 +564,8 @@ def test_flow_without_live_path_is_stalled_and_nothing_is_nan():
     assert rates[0] == 0.0 and rates[3] == 0.0
     assert rates[1] > 0 and rates[2] > 0
     assert int(res.stalled) == 1
-    assert int(res.status) & STATUS_STALLED
-    assert not int(res.status) & STATUS_ROUND_LIMIT
+    assert int(res.status) & Status.STALLED
+    assert not int(res.status) & Status.ROUND_LIMIT
     for name, value in res._asdict().items():
         assert not np.any(np.isnan(np.asarray(value, dtype=np.float64))), name
     assert np.isfinite(res.phase_time) and res.phase_time > 0
@@ -575,7 +577,7 @@ def test_flow_without_live_path_is_stalled_and_nothing_is_nan():
     assert np.all(alive[res.top_links])
     # with every link alive, nothing stalls
     ok = solve_phase(fabric, paths, flows, scenario_for(cfg))
-    assert int(ok.stalled) == 0 and int(ok.status) == STATUS_OK
+    assert int(ok.stalled) == 0 and int(ok.status) == Status.OK
 
 
 def test_solve_uniform_phase_under_strict_promotion(tiny_fabric, strict_promotion):

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fabricjax.errors import ScenarioError
+from fabricjax.core.errors import ScenarioError
 from fabricjax.scenario import parse_scenario
 from fabricjax.sweep import (BOM_COLUMNS, FAILURE_METRICS, MAX_POINTS, METRICS, parse_sets,
                              run_sweep, sweep_points, sweep_table_rows, write_csv, write_json)
@@ -222,15 +222,15 @@ def test_failure_columns_come_from_the_matching_summary(base):
 
 
 def test_tiny_sweep_rows_match_analyze_on_the_point(base, tmp_path):
-    from fabricjax.analysis import analyze
-    from fabricjax.paths import solve_clos_uniform_phase
+    from fabricjax.engine.phase import run_phase
+    from fabricjax.study.analyze import analyze
 
     points = sweep_points(base, parse_sets(["workload[0].size=1MB,4MB", "seed=0,1"]))
     cache_sizes, calls = [], []
 
     def counting(scenario, progress=None):
         report = analyze(scenario, progress=progress)
-        cache_sizes.append(solve_clos_uniform_phase._cache_size())
+        cache_sizes.append(run_phase._cache_size())
         return report
 
     result = run_sweep(points, analyze_fn=counting,

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabricjax import traffic
-from fabricjax.errors import ScenarioError
-from fabricjax.traffic import TrafficMatrix, load_traffic, write_csv, write_htsim
+from fabricjax.workload import traffic
+from fabricjax.core.errors import ScenarioError
+from fabricjax.workload.traffic import TrafficMatrix, load_traffic, write_csv, write_htsim
 
 DATA = Path(__file__).parent / "data"
 FIELD = "workload[0].file"
@@ -207,9 +207,9 @@ def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch
     def broken(src, dst):
         raise OSError(28, "No space left on device")
 
-    import fabricjax.output
+    import fabricjax.core.output
 
-    monkeypatch.setattr(fabricjax.output.os, "replace", broken)   # the shared atomic writer
+    monkeypatch.setattr(fabricjax.core.output.os, "replace", broken)   # the shared atomic writer
     for writer in (lambda: write_htsim(path, matrix, 4), lambda: write_csv(path, matrix)):
         with pytest.raises(ScenarioError, match="cannot write .No space left on device"):
             writer()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricjax.units import (format_bytes, format_seconds, parse_rate_gbps, parse_size)
+from fabricjax.core.units import format_bytes, format_seconds, parse_rate_gbps, parse_size
 
 
 # --------------------------------------------------------------------------- sizes

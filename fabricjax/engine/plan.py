@@ -1,0 +1,409 @@
+"""Up-front decisions: what a run will need and how each phase will be solved, decided on the
+host from the config and the (small) built arrays, before anything large is allocated.
+
+Contract:
+  * The memory model: `estimate_memory` runs before anything large exists (no fabric arrays,
+    no flows, nothing on a device); `check_memory` refuses a scenario whose estimate exceeds
+    the limit (`--max-memory`, else what the machine has available) with a ScenarioError that
+    names the estimate, its largest part and a change that would fit. Each policy declares
+    its coefficients (`policies.base.Policy`): peak resident bytes measured on the CPU
+    (`bench/memory_calibration.py`) and rounded up, so the estimate is an upper bound of the
+    peak (1.1-1.5x of it on the calibration rows), not a description of each array.
+  * Per phase: whether it is solved as (T0, T0) classes (`use_aggregation`), whether its time
+    needs only the slowest max-min rate (`slowest_only`), whether it gets the progressive
+    simulation (`simulate_phase`), and `check_resources`, the refusals that need the built
+    workload (a policy's per-flow state beyond what it can hold).
+  * Failure sets: how many run per device call and how many are vmapped (`sets_per_call`,
+    `vmap_width`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+
+from fabricjax.config import Scenario, job_size
+from fabricjax.core.devices import current_device
+from fabricjax.core.errors import ScenarioError
+from fabricjax.core.units import format_bytes
+from fabricjax.fabric.build import AnyFabric, build
+from fabricjax.fabric.clos import clos_geometry
+from fabricjax.fabric.failures import population
+from fabricjax.policies import get
+from fabricjax.solver.aggregate import aggregatable
+from fabricjax.workload.flows import Collective, Flows
+
+# Flow-by-flow (flow, slot) entries beyond which `solver.aggregate: auto` solves an
+# aggregatable phase by classes: 2^25 entries is twice the 131k-GPU ring step (131,072 flows
+# x 128 EVs), which flow by flow still fits a laptop; a 4,096-GPU all-to-all has 2^31.
+AGGREGATE_ABOVE = 2**25
+# `solver.progressive: auto` simulates phases up to this many (flow, path) pairs and flows:
+# every event is a full max-min solve, and a phase can take up to `max_events` of them (the
+# 131k-GPU ring step under ECMP, 131k flows x 8 QPs, took 6 minutes; measured).
+PROGRESSIVE_AUTO_LIMIT = 2**22
+PROGRESSIVE_AUTO_FLOWS = 2**15
+
+# Peak resident bytes, measured (bench/memory_calibration.py, 2-core CPU, JAX 0.10) and rounded
+# up: the Python process with JAX loaded; per directed link (fabric arrays, link loads,
+# statistics). A failure study on the host: each (policy, workload item, set) record with its
+# JSON text; each failed component of a set (its name, ids, the list the records share) and
+# its line in every record's JSON `components`. An all-to-all solved by classes keeps its flows
+# on the host: int32 ids, float64 sizes, the int64 class keys and the scale-up split's masks
+# (not yet calibrated by bench/memory_calibration.py: counted from the arrays, rounded up).
+RUNTIME_BYTES = 350 * 2**20
+BYTES_PER_LINK = 120
+BYTES_PER_AGGREGATED_FLOW = 64
+BYTES_PER_FAILURE_RECORD = 6_000
+BYTES_PER_COMPONENT = 400
+BYTES_PER_RECORD_COMPONENT = 50
+
+
+# --------------------------------------------------------------------------- per phase
+
+def slots_per_flow(policy: str, scenario: Scenario) -> int:
+    """K: the path slots each flow carries under `policy` on the scenario's fabric."""
+    return get(policy).slots_per_flow(scenario)
+
+
+def aggregation_wanted(scenario: Scenario, flows: Flows, policy: str) -> bool:
+    """Whether `solver.aggregate` asks for classes for this phase and policy (before checking
+    that the phase allows it)."""
+    mode = scenario.solver.aggregate
+    if mode == "never" or not get(policy).aggregatable:
+        return False
+    return mode == "always" or flows.num_flows * slots_per_flow(policy, scenario) > AGGREGATE_ABOVE
+
+
+def use_aggregation(scenario: Scenario, fabric: AnyFabric, flows: Flows,
+                    alive: np.ndarray | None, policy: str) -> bool:
+    """Solve this phase by (source T0, destination T0) classes: a Clos, a policy that can be
+    aggregated, wanted, every link alive, all flows starting together with equal bytes and
+    equal offered demand."""
+    if fabric.kind != "clos" or not aggregation_wanted(scenario, flows, policy):
+        return False
+    if (alive is not None and not np.all(alive)) or flows.start is not None:
+        return False
+    return aggregatable(flows.src, flows.dst, flows.size)
+
+
+def slowest_only(scenario: Scenario, flows: Flows) -> bool:
+    """Whether a phase's time needs only the slowest max-min rate (`solver.rates: auto`, all
+    flows start together and every sending flow sends the same bytes): exact in one pass
+    instead of the full rounds."""
+    if scenario.solver.rates == "full" or flows.start is not None:
+        return False
+    sending = flows.size[flows.size > 0]
+    return bool(sending.size == 0 or np.all(sending == sending[0]))
+
+
+def simulate_phase(scenario: Scenario, flows: Flows, policy: str) -> bool:
+    """Whether this phase gets the progressive simulation (`solver.progressive`)."""
+    mode = scenario.solver.progressive
+    if mode == "auto":
+        return (flows.num_flows <= PROGRESSIVE_AUTO_FLOWS and
+                flows.num_flows * slots_per_flow(policy, scenario) <= PROGRESSIVE_AUTO_LIMIT)
+    return bool(mode)
+
+
+def check_resources(scenario: Scenario, collectives: list[Collective],
+                    fabric: AnyFabric) -> None:
+    """Refuse, before the solvers allocate, what would not fit (a ScenarioError names the
+    fix). Runs after the (small) host-side fabric and workload arrays are built."""
+    for collective in collectives:
+        for phase in collective.phases:
+            flows = phase.flows
+            for name in scenario.policies:
+                policy = get(name)
+                pairs = flows.num_flows * slots_per_flow(name, scenario)
+                if use_aggregation(scenario, fabric, flows, None, name):
+                    continue
+                if policy.max_pairs is not None and pairs > policy.max_pairs:
+                    raise ScenarioError(
+                        "policies", f"{name!r} keeps every flow's path slots: "
+                        f"{collective.name} has {flows.num_flows:,} flows x "
+                        f"{slots_per_flow(name, scenario):,} paths, {pairs:,} flow-path "
+                        f"pairs, more than the {policy.max_pairs:,} it holds (about "
+                        f"{format_bytes(pairs * 4 * 16)}); classes (solver.aggregate) cover "
+                        "only policies without per-flow state; allowed: --policy for the "
+                        "others, fewer GPUs or fewer paths")
+            if scenario.failures is not None and any(
+                    use_aggregation(scenario, fabric, flows, None, p) for p in scenario.policies):
+                raise ScenarioError(
+                    "failures", f"failure sets are solved flow by flow, but {collective.name}'s "
+                    f"{flows.num_flows:,} flows only fit as classes; allowed: fewer GPUs, "
+                    "solver.aggregate: never (if it fits), or no failures section")
+    jobs = [c for c in collectives if c.job]
+    if len(jobs) > 1:
+        flows = sum(max(p.flows.num_flows for p in c.phases) for c in jobs)
+        for name in scenario.policies:
+            pairs = flows * slots_per_flow(name, scenario)
+            if pairs > AGGREGATE_ABOVE:
+                raise ScenarioError(
+                    "jobs", f"jobs sharing the fabric are solved flow by flow: up to "
+                    f"{flows:,} concurrent flows x {slots_per_flow(name, scenario)} paths "
+                    f"under '{name}' exceed {AGGREGATE_ABOVE:,} flow-path pairs; allowed: "
+                    "fewer or smaller jobs, fewer EVs, or one job per scenario")
+
+
+# --------------------------------------------------------------------------- failure batches
+
+CPU_SETS_PER_CALL = 16   # failure sets per device call on a CPU (progress granularity)
+MAX_VMAP_WIDTH = 256
+
+
+def bytes_per_set(policy: str, links: int, planes: int, num_flows: int, slots: int) -> int:
+    """A rough upper estimate of the device memory one failure set needs inside a vmapped
+    chunk (the max-min solve's [F, E] entry arrays dominate, plus the policy's own draws)."""
+    entries = num_flows * (2 * slots + 2 * planes)
+    per = 4 * (12 * (links + 1) + 16 * entries)
+    return int(per + get(policy).failure_bytes_per_slot * num_flows * slots)
+
+
+def vmap_width(policy: str, links: int, planes: int, num_flows: int, slots: int,
+               samples: int) -> int:
+    """Failure sets evaluated together (vmapped) inside one device call: 1 on a CPU, else what
+    fits in a quarter of the accelerator's memory, at most MAX_VMAP_WIDTH.
+
+    On a CPU vmapping does not pay (measured on 2 cores: 4 or 16 spray sets vmapped were
+    1.3-1.5x slower per set than one at a time) and it costs bit-reproducibility: XLA reduces a
+    batched array in another order, and the optimal bound's commodity solve then differs in
+    the last float32 bit. One set at a time keeps every chunk size byte-identical."""
+    device = current_device()
+    if device.platform == "cpu":
+        return 1
+    try:
+        limit = (device.memory_stats() or {}).get("bytes_limit", 16 * 2**30)
+    except Exception:  # noqa: BLE001 - a backend without memory statistics: assume 16 GiB
+        limit = 16 * 2**30
+    per_set = max(bytes_per_set(policy, links, planes, num_flows, slots), 1)
+    fit = max(1, int(limit // 4 // per_set))
+    return max(1, min(MAX_VMAP_WIDTH, fit, samples))
+
+
+def sets_per_call(width: int, samples: int, configured: int | None = None,
+                  num_devices: int = 1) -> int:
+    """Failure sets per device call: `failures.chunk` when given, else CPU_SETS_PER_CALL or
+    one vmapped group per device, whichever is larger; rounded up to a multiple of the vmap
+    width times the devices the call is sharded over."""
+    group = width * max(num_devices, 1)
+    wanted = configured if configured is not None else max(group, CPU_SETS_PER_CALL)
+    wanted = min(wanted, samples)
+    return group * max(1, -(-wanted // group))
+
+
+# --------------------------------------------------------------------------- memory model
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Upper estimate of a run's peak memory, in bytes, and the part that dominates it."""
+
+    total: int
+    runtime: int             # JAX and the compiled solves
+    fabric: int
+    solve: int               # the largest single policy solve (policies run one at a time)
+    solve_policy: str
+    flows: int               # the most concurrent flows of a phase
+    slots: int               # that policy's path slots per flow
+    failure_records: int     # the failure study: records, component lists, one set's solve
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def phase_flows(item, fabric_gpus: int, traffic_flows: int | None = None) -> int:
+    """The most concurrent flows of one phase of a workload item or job of J GPUs: J for a
+    permutation, a ring or halving-doubling step and send-recv, J - 1 for incast, 4(J - 1)
+    for the double tree, J(J - 1) for an all-to-all, the file's flows for a traffic matrix
+    (counted when the scenario was loaded; J if unknown)."""
+    j = job_size(item, fabric_gpus)
+    kind = item.collective
+    if kind == "traffic":
+        return traffic_flows if traffic_flows is not None else j
+    if kind == "all-to-all":
+        return j * (j - 1)
+    if kind == "all-reduce" and item.algorithm == "tree":
+        return 4 * (j - 1)
+    return j - 1 if kind == "incast" else j
+
+
+def phase_candidates(scenario: Scenario) -> list[tuple[int, bool, bool]]:
+    """(flows, may_aggregate, alone) of the largest phase of every workload item and job,
+    plus the jobs' phases all at once (never aggregated) when jobs share the fabric. Only
+    phases whose flows all send the same bytes from the start can be solved as classes."""
+    n = scenario.fabric.gpus
+    counts = scenario.traffic_flows
+    out = []
+    for section, i, item in scenario.items:
+        flows = phase_flows(item, n, counts.get((section, i)))
+        uniform = item.collective != "traffic" and not (
+            item.collective == "all-to-all" and item.skew > 0)
+        out.append((flows, uniform, True))
+    if len(scenario.jobs) > 1:
+        out.append((sum(phase_flows(job, n, counts.get(("jobs", i)))
+                        for i, job in enumerate(scenario.jobs)), False, False))
+    return out
+
+
+def max_flows(scenario: Scenario) -> int:
+    """The most concurrent flows of any phase (jobs sharing the fabric: all of theirs)."""
+    return max(flows for flows, _, _ in phase_candidates(scenario))
+
+
+def aggregated(scenario: Scenario, policy: str, flows: int) -> bool:
+    """Whether `policy` would solve a phase of `flows` flows by classes (`aggregation_wanted`;
+    the phase must also be uniform, which the largest all-to-alls are)."""
+    mode = scenario.solver.aggregate
+    if (scenario.fabric.kind != "multiplane-clos" or not get(policy).aggregatable
+            or mode == "never"):
+        return False
+    return mode == "always" or flows * slots_per_flow(policy, scenario) > AGGREGATE_ABOVE
+
+
+def aggregated_bytes(flows: int, geom) -> float:
+    """Host flow arrays plus the class arrays: C classes (at most one per flow and per T0
+    pair) x planes x spines of slot counts (int64 counts and their float32 copy on the
+    device; a policy whose counts are the same on every spine needs less)."""
+    classes = min(flows, geom.t0s * geom.t0s)
+    return BYTES_PER_AGGREGATED_FLOW * flows + classes * geom.planes * geom.spines * 12
+
+
+def estimate_memory(scenario: Scenario) -> MemoryEstimate:
+    """The estimate (an upper bound of the peak, see the module docstring). Fat trees and
+    graph files store [F, K, H] link ids with H up to 8 links: twice the per-slot bytes of
+    the Clos, whose path links are arithmetic (not calibrated separately)."""
+    clos = scenario.fabric.kind == "multiplane-clos"
+    geom = clos_geometry(scenario.fabric) if clos else None
+    flows = max_flows(scenario)
+    fabric = BYTES_PER_LINK * (geom.num_links + 1) if clos else 0
+    candidates = phase_candidates(scenario)
+
+    def solve_bytes(policy: str, flows: int, uniform: bool) -> float:
+        if uniform and aggregated(scenario, policy, flows):
+            return aggregated_bytes(flows, geom)
+        per_slot = get(policy).bytes_per_slot * (1 if clos else 2)
+        return per_slot * flows * slots_per_flow(policy, scenario)
+
+    solves = {policy: max(solve_bytes(policy, f, u) for f, u, _ in candidates)
+              for policy in scenario.policies}
+    policy = max(solves, key=solves.get)
+    records = 0
+    if scenario.failures is not None:   # failure sets run each item alone
+        records = _failure_study_bytes(scenario, max(f for f, _, alone in candidates if alone))
+    runtime = RUNTIME_BYTES + sum(get(p).compiled_bytes for p in scenario.policies) * (
+        2 if scenario.failures is not None else 1)
+    total = runtime + fabric + solves[policy] + records
+    return MemoryEstimate(total=int(total), runtime=int(runtime), fabric=int(fabric),
+                          solve=int(solves[policy]), solve_policy=policy, flows=flows,
+                          slots=slots_per_flow(policy, scenario), failure_records=int(records))
+
+
+def components_per_set(scenario: Scenario, target=None) -> float:
+    """An upper estimate of the failed components in one set: every name, every random draw,
+    and the mean plus four standard deviations of the probability draws. `target`: the Clos
+    geometry or built fabric (built here when a probability needs the population)."""
+    total = 0.0
+    for kind, cfg in scenario.failures.kinds.items():
+        rest = 0
+        if cfg.probability > 0:
+            if target is None:
+                target = (clos_geometry(scenario.fabric)
+                          if scenario.fabric.kind == "multiplane-clos" else build(scenario))
+            rest = max(population(target, kind, cfg) - len(cfg.names) - cfg.random, 0)
+        mean = rest * cfg.probability
+        total += len(cfg.names) + cfg.random + mean + 4.0 * math.sqrt(
+            mean * (1.0 - cfg.probability))
+    return total
+
+
+def _failure_study_bytes(scenario: Scenario, flows: int) -> float:
+    """Host records and component lists of every set, plus one set's device working set
+    (CPU runs the sets of a call one at a time)."""
+    sets = scenario.failures.num_samples
+    records = sets * len(scenario.policies) * len(scenario.items)
+    components = components_per_set(scenario)
+    if scenario.fabric.kind == "multiplane-clos":
+        geom = clos_geometry(scenario.fabric)
+        links, planes = geom.num_links, geom.planes
+    else:
+        links, planes = 0, scenario.fabric.planes
+    device = max(bytes_per_set(p, links, planes, flows, slots_per_flow(p, scenario))
+                 for p in scenario.policies)
+    return (records * (BYTES_PER_FAILURE_RECORD + BYTES_PER_RECORD_COMPONENT * components) +
+            sets * components * BYTES_PER_COMPONENT + device)
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the accelerator's memory limit when JAX runs on
+    one (memory statistics), else the host's MemAvailable; None when neither is known."""
+    device = current_device()
+    if device.platform != "cpu":
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # noqa: BLE001 - a backend without memory statistics
+            stats = {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _fitting_change(scenario: Scenario, estimate: MemoryEstimate, limit: int) -> str:
+    """The first change, in the order a user would try them, whose estimate fits: fewer paths
+    for the dominant policy, fewer policies, fewer failure sets; else a smaller fabric."""
+    def fits(changed: Scenario) -> bool:
+        return estimate_memory(changed).total <= limit
+
+    def with_field(section: str, field: str, value: int) -> Scenario:
+        part = getattr(scenario, section).model_copy(update={field: value})
+        return scenario.model_copy(update={section: part})
+
+    paths = get(estimate.solve_policy).path_field(scenario)
+    if paths is not None:
+        section, field, step = paths
+        current = getattr(getattr(scenario, section), field)
+        for value in range(current - step, step - 1, -step):
+            if fits(with_field(section, field, value)):
+                multiple = " (a multiple of fabric.planes)" if step > 1 else ""
+                return f"{section}.{field} <= {value}{multiple}"
+    # keep the cheapest policies that fit together
+    cheapest = sorted(scenario.policies,
+                      key=lambda p: get(p).bytes_per_slot * slots_per_flow(p, scenario))
+    for keep in range(len(cheapest) - 1, 0, -1):
+        kept = [p for p in scenario.policies if p in cheapest[:keep]]
+        if fits(scenario.model_copy(update={"policies": kept})):
+            return "only " + " ".join(f"--policy {p}" for p in kept)
+    if scenario.failures is not None and estimate.failure_records:
+        per_set = estimate.failure_records // max(scenario.failures.num_samples, 1)
+        spare = limit - (estimate.total - estimate.failure_records)
+        if spare >= per_set:
+            samples = int(spare // per_set)
+            fewer = scenario.failures.model_copy(update={"samples": samples})
+            if fits(scenario.model_copy(update={"failures": fewer})):
+                return f"--samples {samples:,} (failures.samples)"
+    return "a smaller fabric or job (fabric.gpus, workload[].gpus)"
+
+
+def check_memory(scenario: Scenario, limit: int | None, *, option: str = "--max-memory"
+                 ) -> MemoryEstimate:
+    """The estimate, or a ScenarioError when it exceeds `limit` bytes (None: no check)."""
+    estimate = estimate_memory(scenario)
+    if limit is not None and estimate.total > limit:
+        part = (f"{estimate.solve_policy} on {estimate.flows:,} flows x {estimate.slots:,} "
+                f"paths: {format_bytes(estimate.solve)}")
+        raise ScenarioError(
+            "", f"needs about {format_bytes(estimate.total)} of memory ({part}), more than "
+            f"the {format_bytes(limit)} available ({option}); would fit: "
+            f"{_fitting_change(scenario, estimate, limit)}")
+    return estimate

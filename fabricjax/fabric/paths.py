@@ -1,0 +1,107 @@
+"""Candidate path slots per flow, enumerated from the Clos structure (no graph search; host
+numpy, and `clos_path_links` also works on jax.numpy arrays through `xp`).
+
+Contract: a `PathSet` gives every flow K path slots as link ids, `links`: int32[F, K, H] with
+H = 4 hops, padded with the fabric's sentinel link. On a two-tier Clos a path is fixed by
+(plane, spine): GPU -> T0 -> T1(spine) -> T0 -> GPU, or GPU -> T0 -> GPU when both GPUs share a
+T0 (then the spine is irrelevant and the last two hops are the sentinel).
+
+Slot k of a flow always belongs to plane ``k % P``, so planes get equal slot counts (MRC assigns
+entropy values equally per plane). Within a plane, `spread_slots` places a flow's slots on
+distinct spines drawn at random (stratified: one random spine per equal stripe of the spine
+list, then a random rotation), and `hashed_slots` hashes each slot independently and uniformly,
+as a switch's ECMP hash does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from fabricjax.fabric.clos import ClosGeometry
+
+HOPS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class PathSet:
+    """links: int32[F, K, H] link ids (sentinel-padded); plane, spine: int32[F, K]."""
+
+    links: np.ndarray
+    plane: np.ndarray
+    spine: np.ndarray
+
+    @property
+    def slots(self) -> int:
+        return int(self.links.shape[1])
+
+
+def clos_path_links(geom: ClosGeometry, src: Any, dst: Any, plane: Any, spine: Any,
+                    xp: Any = np) -> Any:
+    """Link ids [..., 4] of the path (plane, spine) from GPU src to GPU dst.
+
+    Works with numpy or jax.numpy (`xp`) so the device can recompute paths when a policy moves
+    a slot to another spine. Inputs broadcast against each other."""
+    src_t0 = geom.t0_of(src)
+    dst_t0 = geom.t0_of(dst)
+    local = src_t0 == dst_t0
+    first = geom.gpu_up(plane, src)
+    last = geom.gpu_down(plane, dst)
+    up = geom.t0_up(plane, src_t0, spine)
+    down = geom.t1_down(plane, dst_t0, spine)
+    sentinel = geom.sentinel
+    hop1 = xp.where(local, last, up)
+    hop2 = xp.where(local, sentinel, down)
+    hop3 = xp.where(local, sentinel, last)
+    first, hop1, hop2, hop3 = xp.broadcast_arrays(first, hop1, hop2, hop3)
+    return xp.stack([first, hop1, hop2, hop3], axis=-1).astype(xp.int32)
+
+
+def fabric_hops_alive(geom: ClosGeometry, plane, src_t0, dst_t0, spine, alive_ext):
+    """Whether the two fabric hops of (plane, spine) between T0s are alive (broadcasting;
+    `alive_ext` is bool[L+1] with the sentinel). Meaningful for cross-T0 pairs only."""
+    return (alive_ext[geom.t0_up(plane, src_t0, spine)] &
+            alive_ext[geom.t1_down(plane, dst_t0, spine)])
+
+
+def slot_planes(num_slots: int, planes: int) -> np.ndarray:
+    """Plane of each slot: slot k on plane k % P (equal per plane)."""
+    return np.arange(num_slots, dtype=np.int32) % planes
+
+
+def spread_slots(geom: ClosGeometry, num_flows: int, num_slots: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(plane, spine) int32[F, K]: equal per plane, distinct random spines within a plane
+    while a plane has no more slots than spines (then every spine is used about equally)."""
+    P, S = geom.planes, geom.spines
+    plane = np.broadcast_to(slot_planes(num_slots, P), (num_flows, num_slots))
+    k = np.arange(num_slots)
+    index_in_plane = k // P                                    # j-th slot of its plane
+    slots_in_plane = (num_slots - 1 - k % P) // P + 1          # K_p for the slot's plane
+    jitter = rng.random((num_flows, num_slots), dtype=np.float32)
+    # integer stripe bounds, so neighbouring stripes never share a spine when S % K_p != 0
+    lo = index_in_plane * S // slots_in_plane
+    width = np.maximum((index_in_plane + 1) * S // slots_in_plane - lo, 1)
+    stratum = lo + np.floor(jitter * width).astype(np.int64)
+    rotation = rng.integers(0, S, size=(num_flows, P))
+    spine = (np.minimum(stratum, S - 1) + rotation[:, k % P]) % S
+    return plane.astype(np.int32), spine.astype(np.int32)
+
+
+def hashed_slots(geom: ClosGeometry, num_flows: int, qps_per_plane: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(plane, spine) int32[F, qps*P]: each queue pair hashed uniformly onto a spine of its
+    plane, independently (two QPs of one flow may collide, as real hashes do)."""
+    num_slots = qps_per_plane * geom.planes
+    plane = np.broadcast_to(slot_planes(num_slots, geom.planes), (num_flows, num_slots))
+    spine = rng.integers(0, geom.spines, size=(num_flows, num_slots))
+    return plane.astype(np.int32), spine.astype(np.int32)
+
+
+def path_set(geom: ClosGeometry, src: np.ndarray, dst: np.ndarray, plane: np.ndarray,
+             spine: np.ndarray) -> PathSet:
+    links = clos_path_links(geom, src[:, None], dst[:, None], plane, spine)
+    return PathSet(links=np.ascontiguousarray(links, dtype=np.int32),
+                   plane=np.ascontiguousarray(plane), spine=np.ascontiguousarray(spine))

@@ -1,0 +1,80 @@
+"""`ecmp`: per-flow ECMP. Each of a flow's queue pairs is hashed onto one path; after a
+failure, routing reconverges and (resilient hashing) only the QPs whose path died are hashed
+again onto a live path.
+
+On the multi-plane Clos a flow has `ecmp.qps` QPs per plane (the NIC stripes a flow over its
+ports, as multi-rail NCCL does), each hashed uniformly and independently onto a spine of its
+plane (two QPs may collide, as real hashes do). On stored-path fabrics the QPs (`ecmp.qps`
+per plane of a fat tree, per flow on a graph file) hash onto the flow's equal-cost shortest
+paths, of any plane. Its reaction window is routing reconvergence (`failures.reconvergence_s`):
+flows hashed onto a dead path are black-holed until then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fabricjax.config import Scenario
+from fabricjax.core.registry import register
+from fabricjax.fabric.paths import hashed_slots
+from fabricjax.policies.base import Policy, Reaction, Slots
+from fabricjax.solver.aggregate import ecmp_class_slots
+from fabricjax.solver.incidence import REHASH_DRAWS
+from fabricjax.solver.maxmin import uniform_live_split
+
+
+@dataclasses.dataclass(frozen=True)
+class Ecmp(Policy):
+    name: str = "ecmp"
+    stream: int = 1
+    path_pool: str = "equal-cost"
+    label: str = "per-flow ECMP hashing"
+    aggregatable: bool = True
+    failure_bytes_per_slot: int = 4 * REHASH_DRAWS * 3      # the re-hash candidates
+
+    def qps(self, scenario: Scenario) -> int:
+        """QPs per flow on a stored-path fabric (per plane of a fat tree, per flow on a graph
+        file, whose planes are not known)."""
+        cfg = scenario.fabric
+        return scenario.ecmp.qps * (cfg.planes if cfg.kind == "fat-tree" else 1)
+
+    def slots_per_flow(self, scenario: Scenario) -> int:
+        if scenario.fabric.kind == "multiplane-clos":
+            return scenario.ecmp.qps * scenario.fabric.planes
+        return self.qps(scenario)
+
+    def path_field(self, scenario: Scenario) -> tuple[str, str, int]:
+        return "ecmp", "qps", 1
+
+    def init(self, scenario, fabric, flows, routes, rng) -> Slots:
+        if routes is None:
+            plane, spine = hashed_slots(fabric.geometry, flows.num_flows, scenario.ecmp.qps, rng)
+            return Slots(plane, spine)
+        qps = self.qps(scenario)
+        pick = (rng.random((flows.num_flows, qps)) *
+                np.maximum(routes.distinct, 1)[:, None]).astype(np.int32)
+        plane = np.take_along_axis(routes.plane, pick, axis=1).astype(np.int32)
+        return Slots(plane, pick)
+
+    def class_slots(self, geometry, classes, scenario, rng):
+        """QP counts per (class, plane, spine): Multinomial(n_c * qps, 1/S) per (class,
+        plane), the law of hashing every QP independently (exact in distribution)."""
+        qps = scenario.ecmp.qps
+        return (ecmp_class_slots(geometry, classes, qps, rng),
+                np.full(geometry.planes, qps, np.float32))
+
+    def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
+              settings, tier_bounds) -> Reaction:
+        alive_ext = jnp.concatenate([alive, jnp.array([True])])
+        # re-hash only when something died (a no-failure baseline skips the draws)
+        choice = jax.lax.cond(jnp.all(alive), lambda: choice,
+                              lambda: routes.rehash(plane, choice, alive_ext, key))
+        links = routes.slot_links(plane, choice)
+        return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))
+
+
+ECMP = register(Ecmp())

@@ -1,0 +1,563 @@
+"""Figures of a report, for people who would rather look than read: PNG files, no JAX.
+
+Contract: every `plot_*` function reads a `Report` (or sweep rows) and nothing else, draws on
+its own Agg `Figure` (no pyplot, no global state), writes one PNG atomically (a temporary file
+in the target's folder, renamed over it) and returns its path, or None without writing when
+the report has nothing to draw. `write_plots` writes every applicable figure under a stable
+name. A policy keeps its colour in every figure; figures are 8 x 5 in at 150 dpi (grids of
+three or more rows of panels grow 2.5 in per row).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from fabricjax.core.output import write_atomic
+from fabricjax.core.units import format_bytes, value_text
+
+DPI = 150
+FIGSIZE = (8.0, 5.0)                 # inches, for up to two rows of panels
+ROW_HEIGHT = 2.5                     # inches per row, from three rows of panels on
+MAX_COLUMNS = 3
+LOG_X_ABOVE = 10.0                   # utilisation CDF: log-x once the tail reaches this
+
+# Fixed across figures, so that a policy reads the same everywhere: ECMP in red (the hash
+# collisions), spraying in blue, MRC in green, the optimal bound in dark grey.
+POLICY_COLOURS = {"ecmp": "#d62728", "spray": "#1f77b4", "mrc": "#2ca02c",
+                  "optimal": "#404040"}
+_OTHER_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#ff7f0e")
+# reference lines beside an iteration trace, likewise fixed per policy
+POLICY_LINES = {"spray": "--", "optimal": "-.", "ecmp": ":", "mrc": (0, (5, 1))}
+_POLICY_ORDER = tuple(POLICY_COLOURS)
+_WORKLOAD_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"))
+
+FILE_NAMES = {"utilisation_cdf": "utilisation_cdf.png", "completion": "completion.png",
+              "mrc_trace": "mrc_trace.png", "sharing": "sharing.png"}
+SWEEP_METRICS = ("p100_utilisation", "completion_s", "busbw_gbps", "slowdown")
+METRIC_LABELS = {
+    "p100_utilisation": "P100 link utilisation (load / capacity)",
+    "p99_utilisation": "P99 link utilisation (load / capacity)",
+    "completion_s": "completion time",
+    "busbw_gbps": "bus bandwidth (Gbit/s)",
+    "slowdown": "slowdown (completion / ideal)",
+}
+
+
+def policy_colour(policy: str) -> str:
+    """The colour of `policy` in every figure (unknown policies: a stable pick by name)."""
+    if policy in POLICY_COLOURS:
+        return POLICY_COLOURS[policy]
+    return _OTHER_COLOURS[sum(map(ord, policy)) % len(_OTHER_COLOURS)]
+
+
+def figure_size(rows: int) -> tuple[float, float]:
+    """(width, height) in inches of a figure with `rows` rows of panels."""
+    return FIGSIZE[0], max(FIGSIZE[1], ROW_HEIGHT * rows)
+
+
+def grid_shape(panels: int) -> tuple[int, int]:
+    """(rows, columns) of a grid of small multiples: one row up to three, 2 x 2 for four."""
+    if panels <= MAX_COLUMNS:
+        return 1, max(panels, 1)
+    cols = 2 if panels == 4 else MAX_COLUMNS
+    return math.ceil(panels / cols), cols
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _new_figure(rows: int = 1, cols: int = 1, *, sharey: bool = False):
+    """An Agg figure with a rows x cols grid of axes (a 2-d array), sized by `figure_size`."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figure_size(rows), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=sharey)
+    for ax in axes.flat:
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.grid(True, alpha=0.3, linewidth=0.6)
+        ax.set_axisbelow(True)
+    return fig, axes
+
+
+def _save(fig, path: str | Path) -> Path:
+    """Render `fig` to a temporary PNG beside `path`, then rename it over `path`, so a reader
+    never sees half an image and a failed render leaves nothing behind."""
+    return write_atomic(path, lambda handle: fig.savefig(handle, format="png", dpi=DPI),
+                        binary=True)
+
+
+def _ordered_policies(policies: Iterable[str]) -> list[str]:
+    seen = list(dict.fromkeys(policies))
+    return sorted(seen, key=lambda p: (_POLICY_ORDER.index(p) if p in _POLICY_ORDER
+                                       else len(_POLICY_ORDER), seen.index(p)))
+
+
+def _workloads(records: Sequence) -> list[str]:
+    return list(dict.fromkeys(r.workload for r in records))
+
+
+def _finite(values: Iterable[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def time_unit(seconds: Iterable[float | None]) -> tuple[float, str]:
+    """(scale, unit) that shows the largest finite time of `seconds` as 1 to 1000 units."""
+    top = max((v for v in _finite(seconds) if v > 0), default=1.0)
+    if top >= 1.0:
+        return 1.0, "s"
+    if top >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+def _number(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _subtitle(report) -> str:
+    fabric = report.fabric or {}
+    parts = []
+    if "gpus" in fabric:
+        parts.append(f"{fabric['gpus']:,} GPUs")
+    if "planes" in fabric and "port_gbps" in fabric:
+        parts.append(f"{fabric['planes']} planes x {fabric['port_gbps']:g}G")
+    if fabric.get("oversubscription", 1) not in (1, 1.0):
+        parts.append(f"{fabric['oversubscription']:g}:1 oversubscribed")
+    return ", ".join(parts)
+
+
+def _suptitle(fig, report, what: str) -> None:
+    sub = _subtitle(report)
+    fig.suptitle(f"{report.scenario}: {what}" + (f"\n{sub}" if sub else ""), fontsize=12)
+
+
+def _workload_title(report, workload: str) -> str:
+    """The item's name over its collective, size and (when not the whole fabric) GPUs."""
+    record = next(r for r in report.records if r.workload == workload)
+    kind = record.collective + (f" ({record.algorithm})" if record.algorithm else "")
+    what = f"{kind}, {format_bytes(record.size_bytes)}"
+    if record.gpus != (report.fabric or {}).get("gpus"):
+        what += f", {record.gpus:,} GPUs"
+    return what if workload == record.collective else f"{workload}\n{what}"
+
+
+def _hide_unused(axes, used: int) -> None:
+    for ax in list(axes.flat)[used:]:
+        ax.set_visible(False)
+
+
+def _log_axis(axis) -> None:
+    """Plain-number labels (0.1, 0.5, 1, 2, 50) on a log axis, no minor labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _empty_note(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center",
+            color="0.4", fontsize=10)
+
+
+# --------------------------------------------------------------------------- report figures
+
+def plot_utilisation_cdf(report, path: str | Path) -> Path | None:
+    """One panel per workload item, one line per policy: the fraction of links (y) loaded at
+    most x times their capacity, over the links of the item's busiest phase; a dashed line
+    at 1.0 marks capacity. The 101 quantiles are drawn as a staircase (steps at the
+    quantiles: interpolating between them would invent links). Log-x when the tail reaches
+    10x capacity and the loaded links span more than 10x (idle links then sit at the left
+    edge). None (nothing written) when no record has a utilisation CDF."""
+    records = [r for r in report.records if r.utilisation_cdf]
+    if not records:
+        return None
+    workloads = _workloads(report.records)
+    rows, cols = grid_shape(len(workloads))
+    fig, axes = _new_figure(rows, cols, sharey=True)
+    for ax, workload in zip(axes.flat, workloads):
+        mine = {r.policy: r for r in records if r.workload == workload}
+        values = np.asarray([v for r in mine.values() for v in r.utilisation_cdf], float)
+        loaded = values[values > 0]
+        # linear keeps "how many times capacity" direct; only a tail of 10x capacity or more
+        # (an incast) would squash every link at or below capacity into the left tenth
+        log = bool(loaded.size) and loaded.max() >= max(LOG_X_ABOVE, 10 * loaded.min())
+        floor = loaded.min() / 2 if log else 0.0
+        for order, policy in enumerate(_ordered_policies(mine)):
+            record = mine[policy]
+            x = np.asarray(record.utilisation_cdf, float)
+            y = np.linspace(0.0, 1.0, x.size)
+            # thinner lines on top, so policies with the same distribution stay visible
+            ax.plot(np.maximum(x, floor) if log else x, y, color=policy_colour(policy),
+                    lw=max(4.0 - 1.2 * order, 1.0), drawstyle="steps-post",
+                    label=f"{policy} (P100 {record.p100_utilisation:.2f})")
+        ax.axvline(1.0, color="black", ls="--", lw=1, label="capacity")
+        if log:
+            ax.set_xscale("log")
+            _log_axis(ax.xaxis)
+        else:   # capacity stays inside the panel even when no link exceeds it
+            ax.set_xlim(0.0, max(1.1, 1.05 * float(values.max(initial=0.0))))
+        ax.set_title(_workload_title(report, workload), fontsize=10)
+        ax.set_xlabel("link utilisation (load / capacity)" +
+                      (", log; idle links at the left edge" if log else ""))
+        ax.set_ylim(0.0, 1.02)
+        if mine:
+            ax.legend(loc="best", fontsize=8, framealpha=0.9)
+        else:
+            _empty_note(ax, "no fabric traffic")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("fraction of links ≤ x")
+    _hide_unused(axes, len(workloads))
+    _suptitle(fig, report, "link utilisation CDF, busiest phase of each workload")
+    return _save(fig, path)
+
+
+def _stalled_bar(ax, x: float, width: float, height: float, colour: str, text: str) -> None:
+    ax.bar(x, height, width, fill=False, hatch="xx", edgecolor=colour, linewidth=1.2)
+    ax.text(x, height / 2, text, rotation=90, ha="center", va="center", fontsize=8,
+            color=colour, fontweight="bold",
+            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8))
+
+
+def _bar_label(ax, x: float, y: float, text: str, *, above: int = 0, fontsize: float = 8,
+               **style) -> int:
+    """Centred text just over (x, y), shifted up past `above` lines of 8 pt text; returns the
+    lines it took together with those."""
+    ax.annotate(text, (x, y), xytext=(0, 3 + 9.6 * above), textcoords="offset points",
+                ha="center", va="bottom", fontsize=fontsize, **style)
+    return above + text.count("\n") + 1
+
+
+def plot_completion(report, path: str | Path) -> Path:
+    """One panel per workload item (each with its own time scale), one bar per policy: the
+    completion time, labelled with its slowdown over the ideal (no contention) time, which is
+    the dotted line. When the report has a failure study, a whisker runs from the P50 (dot)
+    to the max over the failure sets. A stalled completion is a hatched bar labelled
+    "stalled", and stalled failure sets are counted above the bar ("k/N sets stalled")."""
+    records = report.records
+    workloads = _workloads(records)
+    summaries = {}
+    if report.failures is not None:
+        summaries = {(s.policy, s.workload): s for s in report.failures.summaries}
+    rows, cols = grid_shape(len(workloads))
+    fig, axes = _new_figure(rows, cols)
+    for ax, workload in zip(axes.flat, workloads):
+        mine = {r.policy: r for r in records if r.workload == workload}
+        policies = _ordered_policies(mine)
+        dists = [summaries[(p, workload)].completion_s for p in policies
+                 if (p, workload) in summaries]
+        spread = [v for dist in dists if dist for v in dist.values()]
+        times = [r.completion_s for r in mine.values()] + [r.ideal_s for r in mine.values()]
+        scale, unit = time_unit(times + spread)
+        top = max(_finite(times + spread), default=0.0) * scale or 1.0
+        for x, policy in enumerate(policies):
+            record, colour = mine[policy], policy_colour(policy)
+            if record.completion_s is None:
+                label_y = top * 1.05
+                _stalled_bar(ax, x, 0.7, label_y, colour, "stalled")
+            else:
+                label_y = record.completion_s * scale
+                ax.bar(x, label_y, 0.7, color=colour)
+            summary = summaries.get((policy, workload))
+            if summary is not None and summary.completion_s:
+                low = summary.completion_s["p50"] * scale
+                high = summary.completion_s["max"] * scale
+                # beside the bar's centre, clear of the value printed there
+                ax.errorbar(x + 0.22, low, yerr=[[0.0], [high - low]], fmt="o", color="black",
+                            ms=4, capsize=4, lw=1.3, zorder=3)
+                label_y = max(label_y, high)
+            lines = 0
+            if record.completion_s is not None:
+                height = record.completion_s * scale
+                text = _number(height)
+                if record.slowdown is not None:
+                    text += f"\n×{record.slowdown:.2f}"
+                if height >= 0.12 * top:    # inside the bar: a whisker above it is not its
+                    ax.annotate(text, (x, height), xytext=(0, -4), textcoords="offset points",
+                                ha="center", va="top", fontsize=8, color="white",
+                                fontweight="bold")
+                else:
+                    lines = _bar_label(ax, x, label_y, text)
+            if summary is not None and summary.stalled_sets:
+                sets = (f"all {summary.sets}" if not summary.completion_s
+                        else f"{summary.stalled_sets}/{summary.sets}")
+                _bar_label(ax, x, label_y, f"{sets} sets\nstalled",
+                           above=lines, color="#b00000", fontsize=7)
+        ideal = next((r.ideal_s for r in mine.values() if r.ideal_s), None)
+        if ideal:
+            ax.axhline(ideal * scale, color="black", ls=":", lw=1.3, zorder=0.9)  # under bars
+        ax.set_xticks(range(len(policies)), policies)
+        for tick, policy in zip(ax.get_xticklabels(), policies):
+            tick.set_color(policy_colour(policy))
+        ax.set_xlim(-0.6, len(policies) - 0.4)
+        ax.set_ylim(0.0, top * (1.45 if summaries else 1.3))
+        ax.set_ylabel(f"completion time ({unit})")
+        ax.set_title(_workload_title(report, workload), fontsize=10)
+    _hide_unused(axes, len(workloads))
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="black", ls=":", lw=1.3,
+                      label="ideal, no contention (×: slowdown over it)")]
+    if summaries:
+        handles.append(Line2D([], [], color="black", marker="o", ms=4, lw=1.3,
+                              label=f"bars: no failure; whisker: {report.failures.samples} "
+                                    "failure sets, P50 (dot) to max (cap)"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8,
+               frameon=False)
+    what = "completion time per policy" + (", with failure sets" if summaries else "")
+    _suptitle(fig, report, what)
+    return _save(fig, path)
+
+
+def plot_mrc_trace(report, path: str | Path) -> Path | None:
+    """An adaptive policy's P100 after each iteration (mrc's EV swaps), one panel per record
+    with a trace (the busiest phase's), a star at the best set (the one it returns), beside
+    the P100 of the other policies on the same item that lie near the curve (spraying,
+    dashed; the optimal bound, dash-dot; a far tail such as ECMP's would flatten it); None
+    (nothing written) when no record has a trace."""
+    traced = [r for r in report.records if r.trace]
+    if not traced:
+        return None
+    from matplotlib.ticker import MaxNLocator
+
+    rows, cols = grid_shape(len(traced))
+    fig, axes = _new_figure(rows, cols)
+    for ax, record in zip(axes.flat, traced):
+        trace = np.asarray(record.trace, float)
+        steps = np.arange(trace.size)
+        ax.plot(steps, trace, color=policy_colour(record.policy), lw=2,
+                marker="o" if trace.size <= 40 else None, ms=3,
+                label=f"{record.policy} ({record.iterations} it., {record.convergence})")
+        # an adaptive policy returns the best set it reached, not the last (P100 fluctuates)
+        best = int(np.argmin(trace))
+        ax.plot(best, trace[best], ls="none", marker="*", ms=14,
+                color=policy_colour(record.policy), mec="black", mew=0.8, zorder=3,
+                label=f"returned: P100 {trace[best]:.2f}")
+        others = [r for r in report.records if r.workload == record.workload
+                  and r.policy != record.policy and r.p100_utilisation <= 1.25 * trace.max()]
+        for other in others:
+            style = POLICY_LINES.get(other.policy, (0, (3, 1, 1, 1)))
+            ax.axhline(other.p100_utilisation, color=policy_colour(other.policy), ls=style,
+                       lw=1.5, label=f"{other.policy} P100 {other.p100_utilisation:.2f}")
+        ax.axhline(1.0, color="black", lw=0.8, alpha=0.5)
+        # headroom above the curves for the legend, so it never hides the start of the trace
+        levels = [y for line in ax.get_lines() for y in np.atleast_1d(line.get_ydata())]
+        low, high = min(levels), max(levels)
+        span = max(high - low, 0.1)
+        ax.set_ylim(low - 0.05 * span, high + 0.5 * span)
+        ax.set_xlim(-0.5, max(trace.size - 1, 1) + 0.5)   # whole iterations, even for one
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(_workload_title(report, record.workload), fontsize=10)
+        ax.set_xlabel(f"{record.policy.upper()} iteration (0: its initial slots)")
+        ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("P100 link utilisation")
+    _hide_unused(axes, len(traced))
+    names = ", ".join(dict.fromkeys(r.policy.upper() for r in traced))
+    _suptitle(fig, report, f"{names} convergence, busiest phase")
+    return _save(fig, path)
+
+
+def plot_sharing(report, path: str | Path) -> Path | None:
+    """Jobs sharing the fabric: one panel per job (each with its own time scale), a pair of
+    bars per policy: its completion alone (light, hatched) and together with the other jobs
+    (solid), with together / alone above; a stalled run is a hatched outline labelled
+    "stalled". None (nothing written) without `report.sharing`."""
+    rows = report.sharing
+    if not rows:
+        return None
+    jobs = list(dict.fromkeys(r.job for r in rows))
+    grid_rows, grid_cols = grid_shape(len(jobs))
+    fig, axes = _new_figure(grid_rows, grid_cols)
+    width = 0.38
+    for ax, job in zip(axes.flat, jobs):
+        mine = {r.policy: r for r in rows if r.job == job}
+        policies = _ordered_policies(mine)
+        times = [t for r in mine.values() for t in (r.alone_s, r.together_s)]
+        scale, unit = time_unit(times)
+        top = max(_finite(times), default=0.0) * scale or 1.0
+        for x, policy in enumerate(policies):
+            row, colour = mine[policy], policy_colour(policy)
+            for k, (value, together) in enumerate(((row.alone_s, False),
+                                                   (row.together_s, True))):
+                at = x + (k - 0.5) * width
+                if value is None:
+                    _stalled_bar(ax, at, width * 0.95, top * 1.05, colour, "stalled")
+                elif together:
+                    ax.bar(at, value * scale, width * 0.95, color=colour)
+                else:
+                    ax.bar(at, value * scale, width * 0.95, color=colour, alpha=0.35,
+                           hatch="//", edgecolor=colour)
+            if row.slowdown is not None:
+                height = max(row.alone_s or 0.0, row.together_s or 0.0) * scale
+                _bar_label(ax, x, height, f"×{row.slowdown:.2f}")
+        ax.set_xticks(range(len(policies)), policies)
+        for tick, policy in zip(ax.get_xticklabels(), policies):
+            tick.set_color(policy_colour(policy))
+        ax.set_xlim(-0.6, len(policies) - 0.4)
+        ax.set_ylim(0.0, top * 1.25)
+        ax.set_ylabel(f"completion time ({unit})")
+        ax.set_title(f"{job} ({mine[policies[0]].gpus:,} GPUs)", fontsize=10)
+    _hide_unused(axes, len(jobs))
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor="0.6", alpha=0.35, hatch="//", edgecolor="0.3",
+                     label="alone on the fabric"),
+               Patch(facecolor="0.3", label="together with the other jobs"),
+               Patch(facecolor="none", edgecolor="none", label="×: together / alone")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8,
+               frameon=False)
+    _suptitle(fig, report, "each job alone and sharing the fabric")
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- sweeps
+
+def _value_text(value: Any) -> str:
+    """A swept value as the user typed it (the sweep table's spelling)."""
+    return value_text(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
+        value)
+
+
+def _linked(rows: list[dict], x_axis: str, other: str) -> bool:
+    """Whether `other` moves with `x_axis` (one `--set` of several paths): one value per x."""
+    seen: dict[str, str] = {}
+    for row in rows:
+        x, v = _value_text(row.get(x_axis)), _value_text(row.get(other))
+        if seen.setdefault(x, v) != v:
+            return False
+    return True
+
+
+def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path, *,
+               metric: str = "p100_utilisation", title: str | None = None) -> Path | None:
+    """Sweep curves: x = the first axis's value, y = `metric`, one line per policy (colour)
+    and workload item (line style and marker); one panel per combination of the other axes
+    (those that do not move with the first). Numeric x values are placed by value (log-x when
+    positive and spanning 100x or more), others in order of first appearance. A point whose
+    metric is None (a stalled completion) is skipped and marked with an x at the bottom. The
+    y axis starts at 0; each panel has its own range (and time unit).
+    None (nothing written) when there are no rows."""
+    if not axes:
+        raise ValueError("plot_sweep needs at least one swept axis")
+    if not rows:
+        return None
+    x_axis = axes[0]
+    panel_axes = [a for a in axes[1:] if not _linked(rows, x_axis, a)]
+    panels = list(dict.fromkeys(tuple(_value_text(row.get(a)) for a in panel_axes)
+                                for row in rows))
+    raw_x = [row.get(x_axis) for row in rows]
+    numeric = all(_is_number(v) for v in raw_x)
+    categories = list(dict.fromkeys(_value_text(v) for v in raw_x))
+    log_x = numeric and min(raw_x) > 0 and max(raw_x) >= 100 * min(raw_x)
+
+    def x_of(value: Any) -> float:
+        return float(value) if numeric else float(categories.index(_value_text(value)))
+
+    workloads = list(dict.fromkeys(row.get("workload") for row in rows))
+    policies = _ordered_policies(row.get("policy") for row in rows)
+    label = METRIC_LABELS.get(metric, metric)
+    tick_text = {float(v): _value_text(v) for v in raw_x} if numeric else {}
+    grid_rows, grid_cols = grid_shape(len(panels))
+    # each panel its own y range (and time unit): swept sizes can differ by 1000x
+    fig, grid = _new_figure(grid_rows, grid_cols)
+    handles: dict[str, Any] = {}
+    units = []
+    for ax, panel in zip(grid.flat, panels):
+        mine = [row for row in rows
+                if tuple(_value_text(row.get(a)) for a in panel_axes) == panel]
+        scale, unit = time_unit(r.get(metric) for r in mine) if metric.endswith("_s") else (
+            1.0, "")
+        units.append(unit)
+        for policy in policies:
+            for w, workload in enumerate(workloads):
+                series = sorted(((x_of(row[x_axis]), row.get(metric)) for row in mine
+                                 if row.get("policy") == policy
+                                 and row.get("workload") == workload),
+                                key=lambda p: p[0])
+                if not series:
+                    continue
+                line, marker = _WORKLOAD_STYLES[w % len(_WORKLOAD_STYLES)]
+                name = policy if len(workloads) == 1 else f"{policy}, {workload}"
+                xs = np.asarray([x for x, y in series], float)
+                ys = np.asarray([np.nan if y is None else y * scale for x, y in series], float)
+                # NaN breaks the line at a point without a value instead of bridging it
+                (handles[name],) = ax.plot(xs, ys, color=policy_colour(policy), ls=line,
+                                           marker=marker, ms=5, lw=1.8)
+                gaps = xs[np.isnan(ys)]
+                if gaps.size:
+                    (handles["no value (stalled)"],) = ax.plot(
+                        gaps, np.full_like(gaps, 0.02), ls="none", marker="x", ms=9, mew=2,
+                        color=policy_colour(policy), clip_on=False,
+                        transform=ax.get_xaxis_transform())
+        if metric in ("p100_utilisation", "p99_utilisation"):
+            handles["capacity"] = ax.axhline(1.0, color="black", ls="--", lw=1)
+        if metric == "slowdown":
+            handles["ideal (no contention)"] = ax.axhline(1.0, color="black", ls=":", lw=1)
+        ax.set_ylim(bottom=0.0)
+        if log_x:
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(len(categories)), categories)
+        elif len(tick_text) <= 12:
+            ax.set_xticks(sorted(tick_text), [tick_text[v] for v in sorted(tick_text)])
+            ax.minorticks_off()
+        if panel_axes:
+            ax.set_title(", ".join(f"{a}={v}" for a, v in zip(panel_axes, panel)),
+                         fontsize=9)
+        ax.set_xlabel(x_axis)
+    for ax, unit in zip(grid.flat, units):
+        if ax in list(grid[:, 0]) or len(set(units)) > 1:
+            ax.set_ylabel(f"{label} ({unit})" if unit else label)
+    _hide_unused(grid, len(panels))
+    extras = ("no value (stalled)", "capacity", "ideal (no contention)")
+    names = [n for n in handles if n not in extras] + [n for n in extras if n in handles]
+    fig.legend([handles[n] for n in names], names, loc="outside lower center",
+               ncols=min(4, len(handles)), fontsize=8, frameon=False)
+    heading = f"sweep over {x_axis}: {label.split(' (')[0]}"
+    fig.suptitle(f"{title}: {heading}" if title else heading, fontsize=12)
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- all of them
+
+def _sweep_parts(sweep: Any) -> tuple[list[dict], list[str]]:
+    """(rows, axes) of a `sweep.SweepResult` or of a (rows, axes) pair."""
+    if hasattr(sweep, "rows") and hasattr(sweep, "paths"):
+        return list(sweep.rows), list(sweep.paths)
+    rows, axes = sweep
+    return list(rows), list(axes)
+
+
+def write_plots(report, directory: str | Path, *, sweep: Any = None) -> list[Path]:
+    """Write every figure that applies into `directory` (created if needed) and return their
+    paths: utilisation_cdf.png, completion.png, mrc_trace.png (mrc records with a trace),
+    sharing.png (two or more jobs) from `report` (may be None with a sweep), and
+    sweep_<metric>.png for each of SWEEP_METRICS that some row of `sweep` (a SweepResult or
+    (rows, axes)) has a value for, when it sweeps at least one axis."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[Path | None] = []
+    if report is not None:
+        written.append(plot_utilisation_cdf(report, folder / FILE_NAMES["utilisation_cdf"]))
+        written.append(plot_completion(report, folder / FILE_NAMES["completion"]))
+        written.append(plot_mrc_trace(report, folder / FILE_NAMES["mrc_trace"]))
+        written.append(plot_sharing(report, folder / FILE_NAMES["sharing"]))
+    if sweep is not None:
+        rows, axes = _sweep_parts(sweep)
+        title = report.scenario if report is not None else None
+        if axes:
+            for metric in SWEEP_METRICS:
+                if any(row.get(metric) is not None for row in rows):
+                    written.append(plot_sweep(rows, axes, folder / f"sweep_{metric}.png",
+                                              metric=metric, title=title))
+    return [p for p in written if p is not None]

@@ -1,0 +1,273 @@
+"""Turning results into what people read: rich tables and one-line summaries.
+
+Contract: nothing here computes a metric; it formats what the studies measured
+(`fabricjax.results`). Numbers that were not computed (a stalled collective has no completion
+time) are a word in tables, never NaN or infinity. No JAX is imported here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.markup import escape
+from rich.table import Table
+
+from fabricjax.core.units import format_bytes, format_seconds
+from fabricjax.results import Report
+
+
+def _u(value: float) -> str:
+    """A utilisation for a table: rounded once at 1e-6 so that equal values (f32 1.68749994 and
+    1.6875) print alike."""
+    if math.isnan(value):
+        return "nan"
+    return f"{round(value, 6):.3f}" if math.isfinite(value) else "∞"
+
+
+def _opt(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def fabric_line(fabric: dict) -> str:
+    if fabric.get("kind") in ("fat-tree", "graph"):
+        return (f"{fabric['gpus']:,} GPUs · {fabric['kind']} · {fabric['switches']:,} switches · "
+                f"{fabric['links_directed']:,} directed links · NIC {fabric['nic_gbps']:g}G · "
+                f"up to {fabric['paths_per_pair']} paths per pair")
+    return (f"{fabric['gpus']:,} GPUs · {fabric['planes']} plane(s) × {fabric['port_gbps']:g}G "
+            f"(NIC {fabric['nic_gbps']:g}G) · radix {fabric['radix']} · {fabric['tiers']} tiers · "
+            f"{fabric['switches_t0']:,} T0 + {fabric['switches_t1']:,} T1 switches · "
+            f"{fabric['links_directed']:,} directed links")
+
+
+def utilisation_table(report: Report) -> Table:
+    table = Table(title="Link utilisation = offered load / capacity (busiest phase)",
+                  title_justify="left")
+    for column in ("policy", "workload", "P50", "P99", "P100"):
+        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    tier_names = list(report.records[0].utilisation_by_tier) if report.records else []
+    for tier in tier_names:
+        table.add_column(f"P100 {tier}", justify="right")
+    for r in report.records:
+        tiers = [_u(r.utilisation_by_tier[t]["p100"]) for t in tier_names]
+        table.add_row(r.policy, escape(r.workload), _u(r.p50_utilisation), _u(r.p99_utilisation),
+                      _u(r.p100_utilisation), *tiers)
+    return table
+
+
+def time_table(report: Report) -> Table:
+    table = Table(title="Collective completion (busbw in Gbit/s; nccl-tests prints GB/s = /8)",
+                  title_justify="left")
+    for column in ("policy", "workload", "size", "steps", "completion", "ideal", "slowdown",
+                   "busbw Gbit/s", "status"):
+        table.add_column(column, justify="left" if column in ("policy", "workload", "status")
+                         else "right")
+    for r in report.records:
+        status = r.status if r.stalled_flows == 0 else f"{r.status} ({r.stalled_flows} flows)"
+        table.add_row(r.policy, escape(r.workload), format_bytes(r.size_bytes), f"{r.steps:,}",
+                      format_seconds(r.completion_s), format_seconds(r.ideal_s),
+                      (_u(r.slowdown) + "×") if r.slowdown is not None else "—",
+                      _opt(r.busbw_gbps, ".1f"), status)
+    return table
+
+
+def flow_table(report: Report) -> Table | None:
+    """The progressive (flow-level) model beside the static one, and flow completion times."""
+    rows = [r for r in report.records if r.events is not None or r.aggregated_classes]
+    if not rows:
+        return None
+    table = Table(title="Flow level: static (size / first max-min rate) vs progressive (rates "
+                  "re-solved as flows finish); FCT over fabric flows", title_justify="left")
+    for column in ("policy", "workload", "algorithm", "static", "progressive", "FCT P50",
+                   "FCT P99", "FCT max", "events"):
+        table.add_column(column, justify="left" if column in ("policy", "workload", "algorithm")
+                         else "right")
+    for r in rows:
+        events = f"{r.events:,}" if r.events is not None else (
+            f"{r.aggregated_classes:,} classes" if r.aggregated_classes else "—")
+
+        def simulated(value: float | None) -> str:
+            # None: a stalled flow, or no simulation (aggregated, or over the auto limit)
+            if value is None and (r.events is None or r.stalled_flows == 0):
+                return "—"
+            return format_seconds(value)
+
+        table.add_row(r.policy, escape(r.workload), escape(r.algorithm or r.collective),
+                      format_seconds(r.completion_s), simulated(r.progressive_s),
+                      simulated(r.fct_p50_s), simulated(r.fct_p99_s), simulated(r.fct_max_s),
+                      events)
+    return table
+
+
+def sharing_table(report: Report) -> Table | None:
+    """Job isolation: each job alone on the fabric vs sharing it with the other jobs."""
+    if not report.sharing:
+        return None
+    table = Table(title="Jobs sharing the fabric: completion alone vs together (static model)",
+                  title_justify="left")
+    for column in ("policy", "job", "GPUs", "alone", "together", "together / alone"):
+        table.add_column(column, justify="left" if column in ("policy", "job") else "right")
+    for row in report.sharing:
+        table.add_row(row.policy, escape(row.job), f"{row.gpus:,}", format_seconds(row.alone_s),
+                      format_seconds(row.together_s) if row.together_s is not None
+                      else "stalled", (_u(row.slowdown) + "×") if row.slowdown else "—")
+    return table
+
+
+def adaptation_table(report: Report) -> Table | None:
+    """mrc's EV-swap fixed point and optimal's iterative bound: how each iteration ended."""
+    rows = [r for r in report.records if r.iterations is not None]
+    if not rows:
+        return None
+    table = Table(title="Iterative policies (mrc: EV swapping fixed point; optimal: min-max bound)",
+                  title_justify="left")
+    for column in ("policy", "workload", "iterations", "how it ended", "residual", "P100"):
+        table.add_column(column, justify="left" if column in ("policy", "workload", "how it ended")
+                         else "right")
+    for r in rows:
+        what = ((report.policies or {}).get(r.policy) or {}).get("residual", "residual")
+        table.add_row(r.policy, escape(r.workload), f"{r.iterations:,}", r.convergence or "—",
+                      f"{what} {r.residual:.4f}" if r.residual is not None else "—",
+                      _u(r.p100_utilisation))
+    return table
+
+
+def trace_lines(report: Report, points: int = 8) -> list[str]:
+    """A compact view of each mrc trace: P100 at evenly spaced iterations."""
+    lines = []
+    for r in report.records:
+        if not r.trace:
+            continue
+        n = len(r.trace) - 1
+        marks = sorted({round(i * n / (points - 1)) for i in range(points)})
+        path = " → ".join(f"{r.trace[i]:.3f}@{i}" for i in marks)
+        lines.append(f"{r.policy} / {r.workload}: P100 by iteration: {path}")
+    return lines
+
+
+def bottleneck_lines(report: Report) -> list[str]:
+    lines = []
+    for r in report.records:
+        if r.bottleneck_links:
+            worst = r.bottleneck_links[0]
+            lines.append(f"{r.policy} / {r.workload}: worst link {worst['link']} at "
+                         f"{_u(worst['utilisation'])}")
+    return lines
+
+
+def sensitivity_table(report: Report) -> Table:
+    """The links whose upgrade would most shorten each collective: -d time / d capacity."""
+    table = Table(title="Which links to upgrade: time saved per Gbit/s of capacity added "
+                  "(gradient; P100 drop beside it). Links tied at the bottleneck share it: "
+                  "upgrade them together", title_justify="left")
+    for column in ("policy", "workload", "link", "utilisation", "µs saved per Gbit/s",
+                   "P100 drop per Gbit/s"):
+        table.add_column(column, justify="left" if column in ("policy", "workload", "link")
+                         else "right")
+    for row in report.sensitivity:
+        helpful = [link for link in row["links"]
+                   if (link["d_time_d_gbps"] or 0.0) < 0 or link["d_p100_d_gbps"] < 0]
+        if not helpful:
+            table.add_row(row["policy"], escape(row["workload"]), "no single link (NIC-bound)",
+                          "—", "0", "0")
+        for link in helpful[:3]:
+            d_time, d_p100 = link["d_time_d_gbps"], link["d_p100_d_gbps"]
+            table.add_row(row["policy"], escape(row["workload"]), escape(link["link"]),
+                          _u(link["utilisation"]),
+                          "—" if d_time is None else f"{-d_time * 1e6:.4g}",
+                          f"{-d_p100:.3g}")
+    return table
+
+
+# --------------------------------------------------------------------------- sweeps
+
+def sweep_table(headers: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title="Sweep: one row per point, policy and workload item", title_justify="left")
+    for i, column in enumerate(headers):
+        table.add_column(escape(column), justify="left" if i < len(headers) and column in (
+            "policy", "workload", "status") else "right")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    return table
+
+
+# --------------------------------------------------------------------------- failures
+
+def _dist(d: dict | None, key: str, fmt) -> str:
+    return "—" if d is None else fmt(d[key])
+
+
+def failure_header(report: Report) -> str:
+    study = report.failures
+    parts = [f"{k.replace('_', ' ')} {v['p50']:g}" + (f" (max {v['max']})" if v["max"] != v["p50"]
+                                                       else "")
+             for k, v in study.components_per_set.items()]
+    what = ", ".join(parts) if parts else "nothing failed"
+    return (f"Failure sets: {study.samples:,} (seed {study.seed}); per set (median): {what}")
+
+
+def failure_table(report: Report) -> Table:
+    """Steady state after each policy's reaction: the distribution over failure sets."""
+    n = report.failures.samples
+    table = Table(title=f"Steady state over {n:,} failure set(s), after each policy reacts "
+                        "(P50 / P99 / max over sets)", title_justify="left")
+    for column in ("policy", "workload", "P100 util", "completion", "slowdown", "stalled sets"):
+        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    for s in report.failures.summaries:
+        p100 = " / ".join(_dist(s.p100_utilisation, k, _u) for k in ("p50", "p99", "max"))
+        time = " / ".join(_dist(s.completion_s, k, format_seconds) for k in ("p50", "p99", "max"))
+        slow = " / ".join(_dist(s.slowdown, k, lambda v: _u(v) + "×")
+                          for k in ("p50", "p99", "max"))
+        table.add_row(s.policy, escape(s.workload), p100, time, slow,
+                      f"{s.stalled_sets:,}" + (" (job stalls)" if s.stalled_sets else ""))
+    return table
+
+
+def transient_table(report: Report) -> Table:
+    """What happens between the failure and the policy's reaction."""
+    table = Table(title="Transient: a step that lost bytes on a dead path waits for the policy "
+                        "to react (ECMP/spray: routing reconvergence; MRC: EV retirement)",
+                  title_justify="left")
+    for column in ("policy", "workload", "reacts in", "sets hit", "flows hit (mean)",
+                   "stall per set (mean)", "crashed sets", "GPU·s lost per set (mean)"):
+        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    for s in report.failures.summaries:
+        if s.window_s is None:
+            table.add_row(s.policy, escape(s.workload), "— (bound)", "—", "—", "—", "—", "—")
+            continue
+        table.add_row(s.policy, escape(s.workload), format_seconds(s.window_s),
+                      f"{s.sets_hit:,} / {s.sets:,}", f"{s.affected_flows_mean:,.1f}",
+                      format_seconds(s.stall_s_mean), f"{s.crashed_sets:,}",
+                      f"{s.gpu_seconds_lost_mean:,.3g}")
+    return table
+
+
+def failure_lines(report: Report, shown: int = 6) -> list[str]:
+    lines = []
+    for s in report.failures.summaries:
+        comps = s.worst_set_components
+        text = ", ".join(comps[:shown]) + (f", … (+{len(comps) - shown})" if len(comps) > shown
+                                           else "")
+        lines.append(f"{s.policy} / {s.workload}: worst set #{s.worst_set}: "
+                     f"{text or 'nothing failed'}")
+        if s.top_p100_links:
+            top = ", ".join(f"{t['link']} ({t['sets']})" for t in s.top_p100_links[:3])
+            lines.append(f"    links that most often set the P100 (sets): {top}")
+    return lines
+
+
+def reliability_table(report: Report) -> Table:
+    rows = report.reliability
+    hours = rows[0].hours if rows else 24
+    table = Table(title="Reliability what-if (Poisson component failures; events that hit the "
+                        "job's paths)", title_justify="left")
+    for column in ("policy", "workload", "GPUs", "events/h (fabric)", "stall s/h",
+                   f"P(crash) in {hours:g} h", "GPU·s lost per event", "GPU·h lost per day",
+                   "events per 1k steps"):
+        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    for r in rows:
+        table.add_row(r.policy, escape(r.workload), f"{r.gpus:,}",
+                      f"{r.events_per_hour:.3g} ({r.fabric_events_per_hour:.3g})",
+                      f"{r.stall_s_per_hour:.3g}", f"{r.crash_probability:.3g}",
+                      f"{r.gpu_seconds_lost_per_event:,.3g}", f"{r.gpu_hours_lost_per_day:.3g}",
+                      _opt(r.events_per_1000_steps, ".3g"))
+    return table

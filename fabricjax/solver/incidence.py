@@ -1,0 +1,348 @@
+"""Incidence: how a flow's path slots become the link ids and weights the solver sums over.
+
+Contract. A policy gives every flow K path *slots*: `plane` int32[F, K] and `choice`
+int32[F, K]. What `choice` means is the only thing that differs between fabric kinds, and it
+is hidden behind a `Routes` object (a pytree: it passes through `jax.jit`):
+
+* `ClosRoutes`: the two-tier multi-plane Clos. `choice` is the spine; a path's four link ids
+  are computed arithmetically from (source GPU, plane, spine, destination GPU) (fabric.clos's
+  layout), so nothing [F, K, H]-sized is stored, and the NIC-port hops are summed per plane
+  (`clos_incidence`: 2K + 2P entries per flow instead of 4K).
+* `StoredRoutes`: any other fabric (fat trees, graph files). Every flow carries C candidate
+  paths as stored link ids `cand` int32[F, C, H] (sentinel-padded), and `choice` is a
+  candidate index. The path-link incidence is also offered as a `jax.experimental.sparse`
+  BCOO matrix (`incidence_matrix`); the hot loop sums loads with `segment_sum` over the
+  stored ids, which measured faster on the CPU (bench/bench_incidence.py).
+
+Both give the same methods, so a policy, the phase program and every study run unchanged on
+every fabric: `slot_links` (link ids [F, K, H]), `incidence` (the solver's (ids, coef)),
+`slot_loads` (loads from per-slot rates), `controlled_hops` (the switch-to-switch hops a
+load balancer's choice moves), `host_ok` (a slot's NIC ports alive), `choice_matters`,
+`alternatives` (other choices of the same plane, for mrc's swaps) and `rehash` (a live
+choice for a dead one, for ECMP after reconvergence). Index L (`sentinel`) pads everything:
+infinite capacity, always alive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import sparse
+
+from fabricjax.fabric.clos import ClosGeometry
+from fabricjax.fabric.paths import clos_path_links, fabric_hops_alive
+
+REHASH_DRAWS = 16      # ECMP re-hash: candidate choices tried; the first live one is taken
+
+
+def clos_incidence(geom: ClosGeometry, src, dst, plane, links, weights):
+    """The flow-link incidence of Clos paths without repeats: (ids int32[F, E, 1],
+    coef float[F, E]) with E = 2K + 2P, coef = the share of the flow's rate on that link.
+
+    On a Clos path the NIC-port hops (GPU -> T0 and T0 -> GPU of a plane) are the same link
+    for every slot of that plane, so [F, K, 4] entries repeat each of them K/P times. Here the
+    fabric hops stay per slot (hops 1 and 2; for same-T0 flows hop 1 is the T0 -> GPU link
+    and hop 2 the sentinel) and the NIC-port hops are summed per plane: 2K + 2P entries
+    instead of 4K (272 instead of 512 at K = 128, P = 8). The solver functions accept this
+    as links with one hop and per-entry weights; loads and max-min rates are unchanged."""
+    num_flows, num_slots = weights.shape
+    planes = jnp.arange(geom.planes)
+    plane_w = jnp.zeros((num_flows, geom.planes), weights.dtype).at[
+        jnp.arange(num_flows)[:, None], plane].add(weights)
+    cross = (geom.t0_of(src) != geom.t0_of(dst))[:, None]
+    host_up = geom.gpu_up(planes[None, :], src[:, None])
+    host_down = geom.gpu_down(planes[None, :], dst[:, None])
+    ids = jnp.concatenate([host_up, links[:, :, 1], links[:, :, 2], host_down], axis=1)
+    coef = jnp.concatenate([plane_w, weights, weights, jnp.where(cross, plane_w, 0.0)], axis=1)
+    return ids.astype(jnp.int32)[:, :, None], coef
+
+
+def per_plane_sum(values, planes: int):
+    """float[F, P]: the sum of values[F, K] over the slots of each plane (slot k on plane
+    k % P), by a reshape instead of a scatter (K is padded up to a multiple of P)."""
+    num_flows, num_slots = values.shape
+    pad = -num_slots % planes
+    if pad:
+        values = jnp.pad(values, ((0, 0), (0, pad)))
+    return values.reshape(num_flows, -1, planes).sum(axis=1)
+
+
+@jax.tree_util.register_pytree_node_class
+class ClosRoutes:
+    """Paths of a two-tier multi-plane Clos between `src` and `dst` (int32[F] GPU ids): slot
+    (plane, spine) is GPU -> T0 -> T1(spine) -> T0 -> GPU on that plane, or GPU -> T0 -> GPU
+    when both GPUs share a T0 (then the spine does not matter). Slot k is on plane k % P."""
+
+    kind = "clos"
+
+    def __init__(self, geom: ClosGeometry, src, dst):
+        self.geom = geom
+        self.src = src
+        self.dst = dst
+
+    def tree_flatten(self):
+        return (self.src, self.dst), self.geom
+
+    @classmethod
+    def tree_unflatten(cls, geom, children):
+        return cls(geom, *children)
+
+    @property
+    def num_links(self) -> int:
+        return self.geom.num_links
+
+    @property
+    def planes(self) -> int:
+        return self.geom.planes
+
+    def slot_links(self, plane, choice):
+        """int32[F, K, 4] link ids of every slot (the sentinel pads same-T0 paths)."""
+        return clos_path_links(self.geom, self.src[:, None], self.dst[:, None], plane, choice,
+                               xp=jnp)
+
+    def incidence(self, plane, choice, links, weights):
+        """(ids, coef) for the solver: `clos_incidence` of the slots' `links`."""
+        return clos_incidence(self.geom, self.src, self.dst, plane, links, weights)
+
+    def _t0s(self):
+        return self.geom.t0_of(self.src)[:, None], self.geom.t0_of(self.dst)[:, None]
+
+    def choice_matters(self, plane):
+        """bool[F, 1] (broadcasts to [F, K]): whether a slot's spine changes its path (the
+        flow leaves its T0)."""
+        src_t0, dst_t0 = self._t0s()
+        return src_t0 != dst_t0
+
+    def controlled_hops(self, plane, choice):
+        """int32[F, K, 2]: the T0 -> T1 and T1 -> T0 hops of every slot (the sentinel for a
+        same-T0 flow). The two bases are hoisted: only the spine changes between calls."""
+        src_t0, dst_t0 = self._t0s()
+        cross = src_t0 != dst_t0
+        sentinel = self.geom.sentinel
+        up = jnp.where(cross, self.geom.t0_up(plane, src_t0, 0) + choice, sentinel)
+        down = jnp.where(cross, self.geom.t1_down(plane, dst_t0, 0) + choice, sentinel)
+        return jnp.stack([up, down], axis=-1)
+
+    def host_ok(self, plane, alive_ext):
+        """bool[F, K]: both NIC ports of every slot's plane are alive (a slot behind a dead
+        port is retired: no spine of its plane can carry it)."""
+        planes = jnp.arange(self.geom.planes)[None, :]
+        ok = (alive_ext[self.geom.gpu_up(planes, self.src[:, None])] &
+              alive_ext[self.geom.gpu_down(planes, self.dst[:, None])])            # [F, P]
+        num_slots = plane.shape[1]
+        return jnp.take(ok, jnp.arange(num_slots) % self.geom.planes, axis=1)
+
+    def slot_loads(self, plane, choice, rate, num_segments: int):
+        """float[L+1]: loads of rate[F, K] (Gbit/s per slot) over the 2K fabric hops and 2P
+        NIC-port hops of every flow: four scatters (measured 2x faster than one over the
+        concatenated entries), NIC ports summed per plane by a reshape."""
+        hops = self.controlled_hops(plane, choice)
+        plane_rate = per_plane_sum(rate, self.geom.planes)
+        planes = jnp.arange(self.geom.planes)[None, :]
+        host_up = self.geom.gpu_up(planes, self.src[:, None])
+        host_down = self.geom.gpu_down(planes, self.dst[:, None])
+        return (jnp.zeros(num_segments, jnp.float32).at[hops[..., 0]].add(rate)
+                .at[hops[..., 1]].add(rate).at[host_up].add(plane_rate)
+                .at[host_down].add(plane_rate))
+
+    def choice_alive(self, plane, choice, alive_ext):
+        """bool[F, K, ...]: whether the fabric hops of (plane, choice) are alive, for choices
+        with extra trailing axes (candidates); meaningful where `choice_matters`."""
+        src_t0, dst_t0 = self._t0s()
+        extra = choice.ndim - plane.ndim
+        expand = (slice(None), slice(None)) + (None,) * extra
+        return fabric_hops_alive(self.geom, plane[expand], src_t0[expand], dst_t0[expand],
+                                 choice, alive_ext)
+
+    def alternatives(self, plane, choice, bits, draws: int):
+        """int[F, K, D]: D other spines of the same plane in cyclic order from a uniform
+        random start (the low 16 bits of `bits` uint32[F, K] pick the start)."""
+        spines = self.geom.spines
+        others = max(spines - 1, 1)
+        start = (((bits & jnp.uint32(0xFFFF)) * jnp.uint32(others)) >> 16).astype(choice.dtype)
+        offsets = (start[..., None] + jnp.arange(min(others, draws), dtype=choice.dtype)
+                   ) % others
+        return (choice[..., None] + 1 + offsets) % spines
+
+    def can_move(self):
+        """Whether any slot has another choice (a plane with one spine has none)."""
+        return self.geom.spines > 1
+
+    def rehash(self, plane, choice, alive_ext, key):
+        """ECMP after reconvergence with resilient hashing: a queue pair whose (cross-T0) path
+        has a dead fabric link moves to a live spine of its plane, uniform over the live ones
+        (the first live one of REHASH_DRAWS hashed candidates); the others keep their spine.
+        A QP behind a dead NIC port stays (no spine can carry it); its flow's other planes
+        carry its bytes."""
+        cross = self.choice_matters(plane)
+        ok = self.choice_alive(plane, choice, alive_ext)
+        candidates = jax.random.randint(key, choice.shape + (REHASH_DRAWS,), 0,
+                                        self.geom.spines)
+        live = self.choice_alive(plane, candidates, alive_ext)
+        target = jnp.take_along_axis(candidates, jnp.argmax(live, axis=-1)[..., None], axis=-1)
+        move = cross & ~ok & jnp.any(live, axis=-1)
+        return jnp.where(move, target[..., 0], choice).astype(choice.dtype)
+
+
+@jax.tree_util.register_pytree_node_class
+class StoredRoutes:
+    """Paths of any fabric as stored link ids: flow f's candidate c is `cand[f, c]`, int32[H]
+    link ids padded with the sentinel L after its last link; `choice` indexes candidates.
+
+    cand: int32[F, C, H]. cand_switch: int32[F, C, H], the same with every host link (tiers 0
+    and 3) replaced by the sentinel (the hops a choice controls). plane: int32[F, C], each
+    candidate's plane. distinct: int32[F], candidates 0..d-1 are distinct (the rest repeat
+    them cyclically). by_plane: int32[F, C], the distinct candidates grouped by plane (padding
+    repeats the last); rank: int32[F, C], a candidate's position in its plane's group;
+    group_start, group_count: int32[F, P], where each plane's group starts in `by_plane` and
+    how many distinct candidates it has. Static: num_links L, planes P."""
+
+    kind = "stored"
+
+    def __init__(self, num_links: int, planes: int, cand, cand_switch, plane, distinct,
+                 by_plane, rank, group_start, group_count):
+        self._num_links = num_links
+        self._planes = planes
+        self.cand = cand
+        self.cand_switch = cand_switch
+        self.plane = plane
+        self.distinct = distinct
+        self.by_plane = by_plane
+        self.rank = rank
+        self.group_start = group_start
+        self.group_count = group_count
+
+    def tree_flatten(self):
+        return ((self.cand, self.cand_switch, self.plane, self.distinct, self.by_plane,
+                 self.rank, self.group_start, self.group_count), (self._num_links, self._planes))
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*aux, *children)
+
+    @property
+    def num_links(self) -> int:
+        return self._num_links
+
+    @property
+    def planes(self) -> int:
+        return self._planes
+
+    @property
+    def num_candidates(self) -> int:
+        return int(self.cand.shape[1])
+
+    def _take(self, table, choice):
+        """table[f, choice[f, ...]] for a per-candidate table [F, C, ...]."""
+        flows = jnp.arange(choice.shape[0]).reshape((-1,) + (1,) * (choice.ndim - 1))
+        return table[flows, choice]
+
+    def slot_links(self, plane, choice):
+        return self._take(self.cand, choice)
+
+    def incidence(self, plane, choice, links, weights):
+        return links, weights
+
+    def choice_matters(self, plane):
+        """bool[F, K]: the slot's plane offers the flow more than one distinct path."""
+        return self._take(self.group_count, plane) > 1
+
+    def controlled_hops(self, plane, choice):
+        return self._take(self.cand_switch, choice)
+
+    def host_ok(self, plane, alive_ext):
+        """bool[F, K]: some candidate of the slot's plane has both host links alive."""
+        first = alive_ext[self.cand[:, :, 0]]
+        last_hop = jnp.sum(self.cand != self._num_links, axis=-1) - 1
+        last = alive_ext[jnp.take_along_axis(self.cand, jnp.maximum(last_hop, 0)[..., None],
+                                             axis=-1)[..., 0]]
+        ok = first & last & (jnp.arange(self.cand.shape[1])[None, :] < self.distinct[:, None])
+        per_plane = jax.ops.segment_max(
+            ok.reshape(-1).astype(jnp.int32),
+            (jnp.arange(ok.shape[0])[:, None] * self._planes + self.plane).reshape(-1),
+            num_segments=ok.shape[0] * self._planes) > 0
+        return self._take(per_plane.reshape(ok.shape[0], self._planes), plane)
+
+    def slot_loads(self, plane, choice, rate, num_segments: int):
+        links = self.slot_links(plane, choice)
+        contrib = jnp.broadcast_to(rate[:, :, None], links.shape).reshape(-1)
+        return jax.ops.segment_sum(contrib, links.reshape(-1), num_segments=num_segments)
+
+    def choice_alive(self, plane, choice, alive_ext):
+        return jnp.all(alive_ext[self._take(self.cand, choice)], axis=-1)
+
+    def alternatives(self, plane, choice, bits, draws: int):
+        """int[F, K, D]: D other distinct candidates of the slot's plane, in the group's
+        cyclic order from a uniform random start (`bits`' low 16 bits)."""
+        count = self._take(self.group_count, plane)
+        others = jnp.maximum(count - 1, 1).astype(jnp.uint32)
+        start = ((bits & jnp.uint32(0xFFFF)) * others) >> 16
+        offsets = (start[..., None] + jnp.arange(draws, dtype=jnp.uint32)) % others[..., None]
+        position = (self._take(self.rank, choice).astype(jnp.uint32)[..., None] + 1 + offsets
+                    ) % jnp.maximum(count, 1).astype(jnp.uint32)[..., None]
+        slot_index = self._take(self.group_start, plane)[..., None] + position.astype(jnp.int32)
+        flows = jnp.arange(choice.shape[0])[:, None, None]
+        return self.by_plane[flows, slot_index].astype(choice.dtype)
+
+    def can_move(self):
+        return True
+
+    def rehash(self, plane, choice, alive_ext, key):
+        """ECMP after reconvergence: a queue pair on a dead path moves to a live distinct
+        candidate of the flow (uniform over the live ones, first of REHASH_DRAWS draws);
+        ECMP on a stored-path fabric is not pinned to a plane."""
+        ok = self.choice_alive(plane, choice, alive_ext)
+        draw = jax.random.randint(key, choice.shape + (REHASH_DRAWS,), 0, 1 << 30)
+        candidates = (draw % jnp.maximum(self.distinct, 1)[:, None, None]).astype(choice.dtype)
+        live = self.choice_alive(plane, candidates, alive_ext)
+        target = jnp.take_along_axis(candidates, jnp.argmax(live, axis=-1)[..., None], axis=-1)
+        move = ~ok & jnp.any(live, axis=-1)
+        return jnp.where(move, target[..., 0], choice).astype(choice.dtype)
+
+
+def stored_routes(cand: np.ndarray, distinct: np.ndarray, link_tier: np.ndarray,
+                  link_plane: np.ndarray, planes: int) -> StoredRoutes:
+    """A StoredRoutes from host candidate paths (`fabric.graph.candidate_paths`): cand
+    int32[F, C, H], distinct int32[F]; the fabric's link tiers and planes (int[L]) give each
+    candidate's controlled hops and plane. Host numpy in, host numpy out (one transfer)."""
+    cand = np.asarray(cand, np.int32)
+    num_flows, num_cand, _ = cand.shape
+    num_links = int(link_tier.shape[0])
+    tier_ext = np.concatenate([np.asarray(link_tier), [0]])
+    switch_hop = (tier_ext[cand] == 1) | (tier_ext[cand] == 2)
+    cand_switch = np.where(switch_hop, cand, num_links).astype(np.int32)
+    plane_ext = np.concatenate([np.asarray(link_plane, np.int64), [0]])
+    plane = plane_ext[cand[:, :, 0]].astype(np.int32)
+    distinct = np.asarray(distinct, np.int32)
+    real = np.arange(num_cand)[None, :] < distinct[:, None]
+    # distinct candidates grouped by plane (stable: Yen's order inside a plane); padding and
+    # repeats sort last
+    key = np.where(real, plane, planes)
+    by_plane = np.argsort(key, axis=1, kind="stable").astype(np.int32)
+    counts = np.stack([np.sum(real & (plane == p), axis=1) for p in range(planes)], axis=1)
+    starts = np.concatenate([np.zeros((num_flows, 1), np.int64),
+                             np.cumsum(counts, axis=1)[:, :-1]], axis=1)
+    sorted_key = np.take_along_axis(key, by_plane, axis=1)
+    group_of_sorted = np.take_along_axis(starts, np.minimum(sorted_key, planes - 1), axis=1)
+    rank = np.zeros((num_flows, num_cand), np.int64)
+    np.put_along_axis(rank, by_plane, np.arange(num_cand)[None, :] - group_of_sorted, axis=1)
+    rank = np.where(real, rank, 0).astype(np.int32)
+    return StoredRoutes(num_links, planes, cand, cand_switch, plane, distinct, by_plane, rank,
+                        starts.astype(np.int32), counts.astype(np.int32))
+
+
+def incidence_matrix(links: Any, weights: Any, num_links: int) -> sparse.BCOO:
+    """The flow-link incidence as a `jax.experimental.sparse` BCOO matrix [F, L+1]: entry
+    (f, l) = the share of flow f's rate on link l (sum over its slots through l), from link
+    ids int32[F, K, H] (or the [F, E, 1] of `clos_incidence`) and weights float[F, K].
+    Loads are then `demand @ A` (a sparse product); duplicates are summed."""
+    links = jnp.asarray(links)
+    weights = jnp.asarray(weights)
+    num_flows = links.shape[0]
+    rows = jnp.broadcast_to(jnp.arange(num_flows)[:, None, None], links.shape).reshape(-1)
+    data = jnp.broadcast_to(weights[:, :, None], links.shape).reshape(-1)
+    indices = jnp.stack([rows, links.reshape(-1)], axis=1)
+    return sparse.BCOO((data, indices), shape=(num_flows, num_links + 1))

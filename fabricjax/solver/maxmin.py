@@ -1,0 +1,287 @@
+"""The jitted numerical core: link loads, utilisation statistics, max-min rates, phase time.
+
+Contract: every function here is pure JAX over fixed-shape arrays; nothing loops in Python
+over flows, paths, links or rounds. Link ids index an array of L+1 links whose last entry is
+the sentinel (infinite capacity, always alive) that pads short paths. Units: rates and
+capacities in Gbit/s, sizes in bytes, times in seconds.
+
+Status codes are `core.status.Status` flags combined with ``|``: solvers never raise inside
+jit, they report and the host decides what to tell the user.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fabricjax.core.status import Status
+
+OK, ROUND_LIMIT, STALLED = int(Status.OK), int(Status.ROUND_LIMIT), int(Status.STALLED)
+QUANTILES = (0.5, 0.99, 1.0)
+GBIT_PER_BYTE = 8e-9
+TOP_LINKS = 5   # most utilised links every phase result keeps (bottleneck_links)
+
+
+def _entries(weights: jax.Array, links: jax.Array) -> jax.Array:
+    """weights[F, K] broadcast to one value per (flow, slot, hop) entry, flattened."""
+    return jnp.broadcast_to(weights[:, :, None], links.shape).reshape(-1)
+
+
+def link_load(links: jax.Array, weights: jax.Array, demand: jax.Array,
+              num_segments: int) -> jax.Array:
+    """Offered load per link, float[L+1] (Gbit/s; index L is the sentinel's).
+
+    load[l] = sum over (f, k, h) with links[f, k, h] == l of demand[f] * weights[f, k]."""
+    contrib = _entries(weights * demand[:, None], links)
+    return jax.ops.segment_sum(contrib, links.reshape(-1), num_segments=num_segments)
+
+
+def uniform_live_split(links: jax.Array, alive: jax.Array) -> jax.Array:
+    """Weights float[F, K]: equal over the slots whose every hop is alive; 0 when none is."""
+    path_alive = jnp.all(alive[links], axis=-1)
+    live = path_alive.astype(jnp.float32)
+    return live / jnp.maximum(live.sum(axis=1, keepdims=True), 1.0)
+
+
+class MaxMin(NamedTuple):
+    rates: jax.Array      # float[F] Gbit/s
+    rounds: jax.Array     # int32 scalar
+    status: jax.Array     # int32 scalar (Status.ROUND_LIMIT or 0)
+
+
+def max_min_rates(links: jax.Array, weights: jax.Array, flow_cap: jax.Array,
+                  capacity: jax.Array, *, eps: jax.Array | float = 0.0,
+                  max_rounds: jax.Array | int = 10_000) -> MaxMin:
+    """Max-min fair flow rates for fixed per-flow path splits (progressive filling).
+
+    A flow at rate r puts r * weights[f, k] on every hop of slot k; `flow_cap` (the NIC rate)
+    bounds each flow; `capacity` is float[L+1], 0 on dead links and inf on the sentinel.
+
+    Plain progressive filling (Bertsekas & Gallager, Data Networks, sec. 6.5.2) raises all
+    unfrozen flows together and freezes the flows of one saturated link per round, so its
+    round count grows with the number of distinct rate levels (hundreds at scale). Here every
+    round freezes *every* local bottleneck at once: a link whose fair share (residual capacity
+    / active weight through it) is the smallest share along every active flow that crosses it.
+    Shares only grow as other flows freeze, so such a link saturates exactly at that share in
+    the sequential algorithm too and the result is the same max-min allocation, in as many
+    rounds as the bottleneck dependency chain is deep (the idea of the parallel water-filling
+    algorithms, e.g. Ros-Giralt et al., "On the bottleneck structure of congestion-controlled
+    networks", 2019). With eps > 0 a link within a factor (1 + eps) of being a local bottleneck
+    counts as one: fewer rounds, no capacity is ever exceeded, and the slowest rate stays within
+    [exact / (1 + eps), exact]; individual faster rates can move either way by more than eps
+    (the errors compound along chains of bottlenecks and freed capacity goes to other flows).
+
+    Per round: two gathers and two scatters over the F*K*H (flow, slot, hop) entries.
+    """
+    num_segments = capacity.shape[0]
+    num_flows = links.shape[0]
+    ids = links.reshape(-1)
+    w = _entries(weights, links)
+    uses = w > 0
+    eps = jnp.asarray(eps, jnp.float32)
+    max_rounds = jnp.asarray(max_rounds, jnp.int32)
+    has_path = weights.sum(axis=1) > 0
+
+    def per_entry(x):
+        return jnp.broadcast_to(x[:, None, None], links.shape).reshape(-1)
+
+    growth0 = jax.ops.segment_sum(w, ids, num_segments=num_segments)
+    # state: rates, frozen, level (common rate of the active flows), growth (active weight per
+    # link), frozen_load (load of the frozen flows per link), rounds
+    init = (jnp.zeros(num_flows, jnp.float32), ~has_path, jnp.float32(0.0), growth0,
+            jnp.zeros(num_segments, jnp.float32), jnp.int32(0))
+
+    def cond(state):
+        _, frozen, _, _, _, rounds = state
+        return jnp.any(~frozen) & (rounds < max_rounds)
+
+    def body(state):
+        rates, frozen, level, growth, frozen_load, rounds = state
+        active = ~frozen
+        residual = jnp.maximum(capacity - frozen_load - level * growth, 0.0)
+        share = jnp.where(growth > 0, residual / jnp.where(growth > 0, growth, 1.0), jnp.inf)
+        live = uses & per_entry(active)
+        # each active flow's tightest extra rate: its smallest link share, or its cap
+        path_share = jnp.min(jnp.where(live, share[ids], jnp.inf).reshape(num_flows, -1), axis=1)
+        room = flow_cap - level
+        extra = jnp.where(active, jnp.maximum(jnp.minimum(path_share, room), 0.0), jnp.inf)
+        # each link's most constrained active flow; a link is a local bottleneck when its own
+        # share is that small (f32 tolerance so the global minimum always qualifies)
+        link_extra = jax.ops.segment_min(jnp.where(live, per_entry(extra), jnp.inf), ids,
+                                         num_segments=num_segments)
+        slack = (level + link_extra) * (eps + 1e-5) + 1e-6
+        bottleneck = jnp.isfinite(link_extra) & (share <= link_extra + slack)
+        hit = jnp.any((bottleneck[ids] & live).reshape(num_flows, -1), axis=1)
+        capped = room <= extra + (level + extra) * 1e-6 + 1e-6
+        newly = active & (hit | capped)
+        new_rates = jnp.where(newly, level + extra, rates)
+        still = active & ~newly
+        step = jnp.min(jnp.where(still, extra, jnp.inf))
+        new_level = jnp.where(jnp.isfinite(step), level + step, level)
+        new_rates = jnp.where(still, new_level, new_rates)
+        frozen_w = jnp.where(per_entry(newly), w, 0.0)
+        delta = jax.ops.segment_sum(
+            jnp.stack([frozen_w, frozen_w * per_entry(new_rates)], axis=1), ids,
+            num_segments=num_segments)
+        growth = jnp.maximum(growth - delta[:, 0], 0.0)
+        return (new_rates, frozen | newly, new_level, growth, frozen_load + delta[:, 1],
+                rounds + 1)
+
+    rates, frozen, _, _, _, rounds = jax.lax.while_loop(cond, body, init)
+    status = jnp.where(jnp.all(frozen), OK, ROUND_LIMIT).astype(jnp.int32)
+    return MaxMin(rates=rates, rounds=rounds, status=status)
+
+
+def slowest_rate(links: jax.Array, weights: jax.Array, flow_cap: jax.Array,
+                 capacity: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(rate, has_path): the smallest max-min rate, exactly, in one pass; has_path bool[F].
+
+    Progressive filling raises every flow together until the first link saturates or the first
+    flow reaches its cap, and the flows frozen there are the slowest of the allocation. So the
+    smallest rate is min(min over links of capacity / (weight crossing it), min flow_cap) over
+    flows that have a path. When all flows send the same bytes this alone fixes the phase time
+    (size / slowest rate), without the rounds of `max_min_rates`."""
+    num_segments = capacity.shape[0]
+    w = _entries(weights, links)
+    growth = jax.ops.segment_sum(w, links.reshape(-1), num_segments=num_segments)
+    share = jnp.where(growth > 0, capacity / jnp.where(growth > 0, growth, 1.0), jnp.inf)
+    has_path = weights.sum(axis=1) > 0
+    rate = jnp.minimum(jnp.min(jnp.where(growth > 0, share, jnp.inf)),
+                       jnp.min(jnp.where(has_path, flow_cap, jnp.inf)))
+    return jnp.where(jnp.isfinite(rate), rate, 0.0), has_path
+
+
+def sorted_quantiles(sorted_values: jax.Array, n_skip: jax.Array,
+                     qs: tuple[float, ...] = QUANTILES) -> jax.Array:
+    """Linear-interpolated quantiles (numpy's default) of sorted_values[n_skip:], float[Q].
+
+    The skipped prefix holds dead links (sorted first as -inf); an all-dead range gives 0."""
+    n = sorted_values.shape[0] - n_skip
+    out = []
+    for q in qs:  # a static tuple of three quantiles, not a loop over data
+        pos = n_skip.astype(jnp.float32) + q * jnp.maximum(n - 1, 0).astype(jnp.float32)
+        lo = jnp.floor(pos).astype(jnp.int32)
+        hi = jnp.minimum(lo + 1, sorted_values.shape[0] - 1)
+        frac = pos - lo.astype(jnp.float32)
+        v = sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+        v = jnp.where(frac > 0, v, sorted_values[lo])
+        out.append(jnp.where(n > 0, v, 0.0))
+    return jnp.stack(out)
+
+
+CDF_POINTS = 101   # utilisation quantiles P0, P1, ..., P100 of the busiest phase, for plots
+
+
+def utilisation_cdf(utilisation: jax.Array, usable: jax.Array) -> jax.Array:
+    """float[CDF_POINTS]: linear-interpolated quantiles q = 0, 0.01, ..., 1 of utilisation over
+    the usable links (numpy's default method), vectorised over q; zeros when none is usable."""
+    ordered = jnp.sort(jnp.where(usable, utilisation, -jnp.inf))
+    skip = jnp.sum(~usable)
+    n = ordered.shape[0] - skip
+    q = jnp.linspace(0.0, 1.0, CDF_POINTS, dtype=jnp.float32)
+    pos = skip.astype(jnp.float32) + q * jnp.maximum(n - 1, 0).astype(jnp.float32)
+    lo = jnp.clip(jnp.floor(pos).astype(jnp.int32), 0, ordered.shape[0] - 1)
+    hi = jnp.minimum(lo + 1, ordered.shape[0] - 1)
+    frac = pos - lo.astype(jnp.float32)
+    value = jnp.where(frac > 0, ordered[lo] + (ordered[hi] - ordered[lo]) * frac, ordered[lo])
+    return jnp.where(n > 0, value, 0.0)
+
+
+def link_statistics(utilisation: jax.Array, alive: jax.Array,
+                    tier_bounds: tuple[tuple[int, int], ...], p100_only: bool = False
+                    ) -> jax.Array:
+    """Quantiles (QUANTILES) of utilisation over alive links, float[1 + tiers, Q]:
+    row 0 over all links, then one row per tier (each tier a contiguous [start, stop)).
+
+    `p100_only` (static): float[1 + tiers, 1], the maxima alone (0 where a range has no alive
+    link). Five sorts of every link cost 65 ms at 8,192 GPUs, most of a failure set's time,
+    and failure records report only the P100."""
+    masked = jnp.where(alive, utilisation, -jnp.inf)
+    # a tier may be empty (a graph fabric without switch-to-switch cables): its row is zeros
+    if p100_only:
+        ranges = [(0, masked.shape[0])] + list(tier_bounds)
+        maxima = jnp.stack([jnp.max(masked[a:b]) if b > a else jnp.float32(-jnp.inf)
+                            for a, b in ranges])  # five static ranges
+        return jnp.where(jnp.isfinite(maxima), maxima, 0.0)[:, None]
+    rows = [sorted_quantiles(jnp.sort(masked), jnp.sum(~alive))]
+    for start, stop in tier_bounds:  # static: four tiers
+        if stop <= start:
+            rows.append(jnp.zeros(len(QUANTILES), utilisation.dtype))
+            continue
+        segment = masked[start:stop]
+        rows.append(sorted_quantiles(jnp.sort(segment), jnp.sum(~alive[start:stop])))
+    return jnp.stack(rows)
+
+
+class PhaseResult(NamedTuple):
+    """What one phase under one split reports (device arrays; one device_get on the host)."""
+
+    stats: jax.Array          # float[1 + tiers, 3] utilisation P50/P99/P100, all then per tier
+    top_links: jax.Array      # int32[top_k] most utilised links, worst first
+    top_util: jax.Array       # float[top_k]
+    total_load: jax.Array     # float scalar: sum of offered load over real links (Gbit/s)
+    rates: jax.Array          # float[F] max-min rates (Gbit/s)
+    phase_time: jax.Array     # float scalar: slowest non-stalled flow's time (s)
+    ideal_time: jax.Array     # float scalar: slowest flow's time at its offered rate alone (s)
+    stalled: jax.Array        # int32 scalar: flows with bytes to send and rate 0
+    rounds: jax.Array         # int32 scalar: max-min rounds
+    status: jax.Array         # int32 scalar: Status flags
+    cdf: jax.Array | None = None  # float[CDF_POINTS] utilisation quantiles (not p100_only)
+
+
+def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive, *,
+                   eps, max_rounds, tier_bounds, top_k, slowest_only=False,
+                   p100_only=False) -> PhaseResult:
+    """Loads, utilisation statistics, max-min rates and phase time for a given split.
+
+    capacity, alive: [L] for the real links (the sentinel is appended here).
+    `slowest_only` (static; only for flows that all send the same bytes): skip the max-min
+    rounds and take the phase time from `slowest_rate`, which is then exact; `rates` holds that
+    slowest rate for every flow with a path (a lower bound on each flow's own rate).
+    `p100_only` (static): `stats` holds the P100s alone ([1 + tiers, 1]; see link_statistics)."""
+    num_links = capacity.shape[0]
+    cap_ext = jnp.concatenate([jnp.where(alive, capacity, 0.0), jnp.array([jnp.inf])])
+    load = link_load(links, weights, demand, num_links + 1)[:num_links]
+    safe_cap = jnp.where(capacity > 0, capacity, 1.0)
+    # dead and zero-capacity links are left out of the statistics; a split that still puts
+    # load on one shows up as stalled flows (rate 0), not as a utilisation
+    utilisation = jnp.where(capacity > 0, load / safe_cap, jnp.where(load > 0, jnp.inf, 0.0))
+    usable = alive & (capacity > 0)
+    stats = link_statistics(utilisation, usable, tier_bounds, p100_only)
+    top_util, top_links = jax.lax.top_k(jnp.where(usable, utilisation, -jnp.inf), top_k)
+
+    if slowest_only:
+        rate, has_path = slowest_rate(links, weights, flow_cap, cap_ext)
+        mm = MaxMin(rates=jnp.where(has_path, rate, 0.0), rounds=jnp.int32(1),
+                    status=jnp.int32(OK))
+    else:
+        mm = max_min_rates(links, weights, flow_cap, cap_ext, eps=eps, max_rounds=max_rounds)
+    sending = size_bytes > 0
+    stalled_mask = sending & (mm.rates <= 0)
+    bits = size_bytes * GBIT_PER_BYTE
+    flow_time = jnp.where(sending & ~stalled_mask, bits / jnp.where(stalled_mask, 1.0, mm.rates),
+                          0.0)
+    ideal = jnp.where(sending, bits / demand, 0.0)
+    stalled = jnp.sum(stalled_mask).astype(jnp.int32)
+    status = mm.status | jnp.where(stalled > 0, STALLED, OK).astype(jnp.int32)
+    return PhaseResult(
+        stats=stats, top_links=top_links.astype(jnp.int32), top_util=top_util,
+        total_load=jnp.sum(load), rates=mm.rates, phase_time=jnp.max(flow_time),
+        ideal_time=jnp.max(ideal), stalled=stalled, rounds=mm.rounds, status=status,
+        cdf=None if p100_only else utilisation_cdf(utilisation, usable),
+    )
+
+
+def uniform_phase(links, demand, size_bytes, flow_cap, capacity, alive, eps, max_rounds, *,
+                  tier_bounds, top_k) -> PhaseResult:
+    """ECMP and spraying: each flow split equally over its live path slots, then evaluated."""
+    alive_ext = jnp.concatenate([alive, jnp.array([True])])
+    weights = uniform_live_split(links, alive_ext)
+    return evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive,
+                          eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
+
+
+solve_uniform_phase = jax.jit(uniform_phase, static_argnames=("tier_bounds", "top_k"))
+solve_uniform_phase.__doc__ = "Jitted `uniform_phase` over stored link ids [F, K, H]."

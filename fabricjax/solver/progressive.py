@@ -1,0 +1,184 @@
+"""Progressive (flow-level, event-driven) completion: finished flows release their bandwidth.
+
+Contract: `progressive_completion` simulates one phase as a sequence of events inside one bounded
+`jax.lax.while_loop`; at each event the max-min rates (`solver.max_min_rates`) are re-solved
+over the active flows (started, not finished). Units as in `solver`: sizes in bytes, rates and
+capacities in Gbit/s, times in seconds from the phase start (0). Each event finishes at least
+one flow or admits at least one arrival, so a phase needs at most (flows with bytes) +
+(distinct arrival times) + 1 events; `max_events` may cut that short (then
+`Status.EVENT_LIMIT`).
+`batch` > 0 approximates: flows finishing within a factor (1 + batch) of the earliest finish
+finish in the same event, each at its own time, but their bandwidth is released only when the
+last of them finishes, so the others keep the older rates a little too long (on one shared
+link that makes them late by at most a factor 1 + batch; across links max-min is not monotone,
+so a few may also come out slightly early).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fabricjax.core.status import Status
+from fabricjax.solver.maxmin import GBIT_PER_BYTE, max_min_rates
+
+OK, STALLED, EVENT_LIMIT = int(Status.OK), int(Status.STALLED), int(Status.EVENT_LIMIT)
+
+# Flows whose time to finish lies within this relative distance of the event's horizon finish
+# in that event even with batch = 0: f32 remainders of flows that tie exactly differ by a few
+# ulps after some events, and without this each tie would cost an event of a few ulps.
+SAME_TIME_RTOL = 1e-5
+
+
+class Progressive(NamedTuple):
+    """One phase under the progressive model (device arrays).
+
+    finish: float32[F] seconds from the phase start (absolute, not per flow); a flow with no
+        bytes finishes at its start; inf only for a stalled flow (bytes left, rate 0, and
+        nothing left that could change it).
+    events: int32 scalar, rate solves inside the event loop (the last one, which finds a
+        stalled phase with nothing left to change, counts too; the extra solve after
+        EVENT_LIMIT does not).
+    rounds: int32 scalar, the most max-min rounds any solve used.
+    status: int32 scalar, Status flags (the max-min solves' and EVENT_LIMIT) combined with ``|``.
+    """
+
+    finish: jax.Array
+    events: jax.Array
+    rounds: jax.Array
+    status: jax.Array
+
+
+def _safe_divide(num: jax.Array, den: jax.Array, where: jax.Array) -> jax.Array:
+    """num / den where `where`, inf elsewhere; the denominator is replaced before dividing so
+    no 0/0 (NaN) is ever formed, even in the branch that is thrown away."""
+    return jnp.where(where, num / jnp.where(where, den, 1.0), jnp.inf)
+
+
+def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax.Array,
+                           start_s: jax.Array, flow_cap: jax.Array, capacity_ext: jax.Array, *,
+                           eps: jax.Array | float, max_rounds: jax.Array | int,
+                           max_events: jax.Array | int, batch: jax.Array | float
+                           ) -> Progressive:
+    """Finish time of every flow when rates are re-solved at every completion and arrival.
+
+    links, weights: as `solver.max_min_rates` takes them (int32[F, K, H] link ids with
+        float[F, K] slot weights, or the [F, E, 1] ids and [F, E] coefficients of
+        `incidence.clos_incidence`). capacity_ext: float[L+1] Gbit/s, 0 on dead links, inf on the
+        sentinel. size_bytes, start_s (arrival, seconds), flow_cap (Gbit/s): float[F].
+    eps, max_rounds: the max-min solver's settings (each solve). max_events: bound on the event
+        loop; if reached, the unfinished flows are extrapolated from one last solve in which all
+        of them (pending arrivals included) share the fabric from their start or now, whichever
+        is later. batch >= 0: see the module docstring; 0 is exact.
+    """
+    f32 = jnp.float32
+    size_bytes = jnp.asarray(size_bytes, f32)
+    start_s = jnp.asarray(start_s, f32)
+    flow_cap = jnp.asarray(flow_cap, f32)
+    capacity_ext = jnp.asarray(capacity_ext, f32)
+    batch = jnp.maximum(jnp.asarray(batch, f32), 0.0)
+    max_events = jnp.asarray(max_events, jnp.int32)
+    # remaining work in Gbit, so remaining / rate is seconds
+    bits = size_bytes * GBIT_PER_BYTE
+    sending = bits > 0
+
+    def solve(active):
+        # inactive flows get no weight, so the solver sees no path and freezes them at 0 at once
+        return max_min_rates(links, weights * active[:, None].astype(weights.dtype), flow_cap,
+                             capacity_ext, eps=eps, max_rounds=max_rounds)
+
+    # time starts at the first arrival with bytes, so a late phase does not cost an empty event
+    first = jnp.min(jnp.where(sending, start_s, jnp.inf))
+    t0 = jnp.where(jnp.isfinite(first), first, 0.0)
+    # state: now, remaining (Gbit), finish, done, events, rounds, status, stalled
+    init = (t0, bits, jnp.where(sending, 0.0, start_s), ~sending, jnp.int32(0), jnp.int32(0),
+            jnp.int32(OK), jnp.bool_(False))
+
+    def cond(state):
+        _, _, _, done, events, _, _, stalled = state
+        return jnp.any(~done) & ~stalled & (events < max_events)
+
+    def body(state):
+        now, remaining, finish, done, events, rounds, status, _ = state
+        active = ~done & (start_s <= now)
+        mm = solve(active)
+        moving = active & (mm.rates > 0)
+        time_left = _safe_divide(remaining, mm.rates, moving)
+        earliest = jnp.min(time_left)
+        pending = ~done & (start_s > now)
+        next_arrival = jnp.min(jnp.where(pending, start_s, jnp.inf))
+        to_arrival = next_arrival - now            # inf when nothing is pending
+        # nothing moves and nobody arrives: the rate-0 flows would wait forever
+        stalled = ~jnp.isfinite(jnp.minimum(earliest, to_arrival))
+        # the batch never reaches past an arrival, so arrivals stay exact under batching
+        horizon = jnp.minimum(earliest * (1.0 + batch), to_arrival)
+        finishing = moving & (time_left <= horizon * (1.0 + SAME_TIME_RTOL))
+        step = jnp.where(jnp.any(finishing),
+                         jnp.minimum(jnp.max(jnp.where(finishing, time_left, 0.0)), horizon),
+                         to_arrival)
+        step = jnp.where(stalled, 0.0, step)
+        # land exactly on the arrival time so `start_s <= now` admits the arriving flows
+        new_now = jnp.minimum(now + step, next_arrival)
+        sent = jnp.where(moving & ~finishing, mm.rates * step, 0.0)
+        new_remaining = jnp.where(finishing, 0.0, jnp.maximum(remaining - sent, 0.0))
+        # a flow that was not in the batch but has nothing left (f32 rounding) is done now
+        drained = active & ~finishing & (new_remaining <= 0)
+        new_finish = jnp.where(finishing, now + time_left, jnp.where(drained, new_now, finish))
+        new_status = status | mm.status | jnp.where(stalled, STALLED, 0).astype(jnp.int32)
+        return (new_now, new_remaining, new_finish, done | finishing | drained, events + 1,
+                jnp.maximum(rounds, mm.rounds), new_status, stalled)
+
+    now, remaining, finish, done, events, rounds, status, stalled = jax.lax.while_loop(
+        cond, body, init)
+
+    def extrapolate(_):
+        # all unfinished flows share the fabric from max(now, start) to their end: one solve
+        unfinished = ~done
+        mm = solve(unfinished)
+        moving = unfinished & (mm.rates > 0)
+        left = _safe_divide(remaining, mm.rates, moving)
+        out = jnp.where(unfinished, jnp.maximum(now, start_s) + left, finish)
+        flags = (EVENT_LIMIT | mm.status
+                 | jnp.where(jnp.any(unfinished & ~moving), STALLED, 0))
+        return out, mm.rounds, flags.astype(jnp.int32)
+
+    def settle(_):
+        # every flow is done, or the loop stalled and the flows still left never finish
+        return jnp.where(done, finish, jnp.inf), jnp.int32(0), jnp.int32(OK)
+
+    hit_limit = jnp.any(~done) & ~stalled
+    finish, extra_rounds, extra_status = jax.lax.cond(hit_limit, extrapolate, settle, None)
+    return Progressive(finish=finish, events=events, rounds=jnp.maximum(rounds, extra_rounds),
+                       status=status | extra_status)
+
+
+def _quantile_with_inf(sorted_values: np.ndarray, q: float) -> float:
+    """numpy's linear quantile of ascending values that may end in inf: inf - inf would give
+    NaN where both neighbours are inf, and any interpolation towards inf is inf."""
+    pos = q * (sorted_values.size - 1)
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, sorted_values.size - 1)
+    frac = pos - lo
+    if frac == 0 or sorted_values[lo] == sorted_values[hi]:
+        return float(sorted_values[lo])
+    if np.isinf(sorted_values[hi]):
+        return float("inf")
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
+
+
+def fct_quantiles(finish, start, size) -> dict:
+    """Flow completion times (FCT = finish - start, seconds) over the flows with bytes, on the
+    host: {"p50", "p99", "max", "flows", "stalled"}. Stalled flows (finish inf) are kept, so
+    any of them makes "max" inf (and the quantiles that reach them); "stalled" counts them.
+    No flow with bytes gives zeros."""
+    finish = np.asarray(finish, dtype=np.float64)
+    start = np.asarray(start, dtype=np.float64)
+    sending = np.asarray(size, dtype=np.float64) > 0
+    fct = np.sort(finish[sending] - start[sending])
+    if fct.size == 0:
+        return {"p50": 0.0, "p99": 0.0, "max": 0.0, "flows": 0, "stalled": 0}
+    return {"p50": _quantile_with_inf(fct, 0.5), "p99": _quantile_with_inf(fct, 0.99),
+            "max": float(fct[-1]), "flows": int(fct.size), "stalled": int(np.isinf(fct).sum())}

@@ -1,0 +1,114 @@
+"""`analyze`: scenario in, one record per (policy, workload item or job) out, for every fabric
+kind.
+
+This is the host-side orchestration of the design's data flow: build the fabric and the
+workload (numpy), then for every policy and phase one call of the engine's phase program
+(`engine.phase.solve_policy_phase`: slots drawn by the policy, one jitted solve, one
+transfer in and one out, plus the progressive simulation where it runs), records built by
+`metrics`, then the studies that reuse those baselines: jobs sharing the fabric, link
+sensitivity, failure sets and the reliability what-if. Nothing here branches on a policy's
+name or on the fabric's kind.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Callable
+
+import jax
+import numpy as np
+
+from fabricjax.core.version import __version__
+from fabricjax.config import Scenario
+from fabricjax.core.devices import device_record
+from fabricjax.engine.phase import solve_policy_phase
+from fabricjax.engine.plan import check_resources, simulate_phase
+from fabricjax.fabric.build import build, summary
+from fabricjax.fabric.failures import check_failures
+from fabricjax.metrics import collective_record
+from fabricjax.policies import get
+from fabricjax.results import Report
+from fabricjax.study.resilience import failure_study, reliability_whatif
+from fabricjax.study.sensitivity import link_upgrades
+from fabricjax.study.sharing import sharing_rows
+from fabricjax.workload.build import build_workload
+
+
+def versions() -> dict:
+    """Versions and the device: what a reader needs to reproduce a report's bytes."""
+    return {
+        "fabricjax": __version__,
+        "jax": jax.__version__,
+        "jaxlib": getattr(jax.lib, "__version__", jax.__version__),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        **device_record(),
+    }
+
+
+def analyze(scenario: Scenario, *, trace: bool = False,
+            progress: Callable[[str, int, int], None] | None = None,
+            sensitivity: bool = False) -> Report:
+    """Evaluate every policy on every workload item of the scenario, then (when the scenario
+    has `failures`) under every failure set, and the reliability what-if.
+
+    `trace`: keep mrc's P100 after every iteration in its records."""
+    fabric = build(scenario)
+    collectives = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
+    check_resources(scenario, collectives, fabric)
+    if scenario.failures is not None:
+        check_failures(scenario, fabric)
+    total = len(scenario.policies) * sum(len(c.phases) for c in collectives)
+    done = 0
+    records = []
+    baseline = {}
+    for policy in scenario.policies:
+        for item, collective in enumerate(collectives):
+            outcomes = []
+            for index, phase in enumerate(collective.phases):
+                if progress is not None:
+                    progress(f"{policy}: {collective.name} ({phase.name})", done, total)
+                outcomes.append(solve_policy_phase(
+                    policy, scenario, fabric, phase.flows, (collective.stream, index),
+                    trace=trace,
+                    progressive=simulate_phase(scenario, phase.flows, policy)))
+                done += 1
+            baseline[(policy, item)] = outcomes
+            records.append(collective_record(policy, collective, outcomes, fabric, scenario))
+    sharing = None
+    jobs = [c for c in collectives if c.job]
+    if len(jobs) > 1:
+        sharing = []
+        for policy in scenario.policies:
+            if progress is not None:
+                progress(f"{policy}: {len(jobs)} jobs sharing the fabric", done, total)
+            sharing += sharing_rows(policy, scenario, fabric, jobs)
+    upgrades = None
+    if sensitivity:
+        if progress is not None:
+            progress("link sensitivity", done, total)
+        upgrades = link_upgrades(scenario, fabric, collectives, baseline)
+    study = reliability = None
+    if scenario.failures is not None:
+        study = failure_study(scenario, fabric, collectives, baseline, progress=progress)
+    if scenario.reliability is not None:
+        reliability = reliability_whatif(scenario, fabric, collectives, baseline)
+    if progress is not None:
+        progress("done", 1, 1)
+    return Report(
+        scenario=scenario.name,
+        seed=scenario.seed,
+        fabric=summary(scenario, fabric),
+        records=records,
+        solver=scenario.solver.model_dump(),
+        # failures.chunk only says how many sets share a device call; it never changes a
+        # result, so it is left out for the JSON to be byte-identical across chunkings
+        config=scenario.model_dump(exclude={"failures": {"chunk"}}),
+        failures=study,
+        reliability=reliability,
+        sharing=sharing,
+        sensitivity=upgrades,
+        versions=versions(),
+        policies={name: {"label": get(name).label, "residual": get(name).residual_name}
+                  for name in scenario.policies},
+    )

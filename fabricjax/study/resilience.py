@@ -1,0 +1,157 @@
+"""What failures cost each policy: batched failure sets in, distributions and transients out.
+
+Contract: `failure_study` takes the scenario, its fabric and workload and the baseline (no
+failure) outcomes of the analysis (the slots each policy ran on), evaluates every failure set
+of `fabric.failures.sample_failures` under every policy through the one phase program
+(`engine.batch.solve_failure_sets`), and returns one `results.FailureStudy`: a record per
+(policy, workload item, failure set) and a `results.FailureSummary` per (policy, workload
+item). `reliability_whatif` turns component failure rates into expected events, stall time
+and crash probability per policy. Both work on every fabric kind. Nothing here loops over
+flows or links; the loops are over policies, workload phases and chunks of failure sets.
+
+The transient (README, "Failures"): a flow with bytes on a pre-failure path that died is
+*affected*; its collective step stalls until the policy reacts (`Policy.reaction_window_s`:
+routing reconvergence for ECMP and oblivious spraying, MRC's reaction time for MRC). A stall
+at least as long as the transport timeout fails the job, which then restarts from a
+checkpoint. A bound (optimal) has no transient. GPU-seconds lost = stall x the job's GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from fabricjax.config import FailuresConfig, Scenario
+from fabricjax.engine.batch import null_set_outcome, solve_failure_sets
+from fabricjax.engine.phase import slot_links_host
+from fabricjax.fabric.build import AnyFabric
+from fabricjax.fabric.failures import kind_counts, sample_failures
+from fabricjax.metrics import failure_set_records, phase_duration_s
+from fabricjax.policies import get
+from fabricjax.results import FailureStudy, ReliabilityRow
+from fabricjax.workload.flows import Collective
+
+
+def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Collective],
+                  baseline: dict, *, samples: int | None = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> FailureStudy:
+    """Every policy on every workload item under every failure set.
+
+    baseline: {(policy, item): [PhaseOutcome per phase]} from the no-failure analysis."""
+    batch = sample_failures(scenario, samples, fabric=fabric)
+    total = batch.size * len(scenario.policies) * sum(len(c.phases) for c in collectives)
+    done = 0
+    records, summaries = [], []
+    for policy in scenario.policies:
+        window = get(policy).reaction_window_s(scenario.failures)
+        for item, collective in enumerate(collectives):
+            results = []
+            for index, phase in enumerate(collective.phases):
+                label = f"{policy}: {collective.name} ({phase.name}), {batch.size:,} failure sets"
+
+                def advance(n: int, label=label) -> None:
+                    nonlocal done
+                    done += n
+                    if progress is not None:
+                        progress(label, done, total)
+
+                if progress is not None:
+                    progress(label, done, total)
+                if phase.flows.num_flows == 0:   # inside servers: no failure reaches it
+                    results.append(null_set_outcome(fabric, batch.size))
+                    advance(batch.size)
+                    continue
+                results.append(solve_failure_sets(
+                    policy, scenario, fabric, phase.flows, baseline[(policy, item)][index],
+                    batch, (collective.stream, index), advance))
+            ideal = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time)))
+                        for p, o in zip(collective.phases, baseline[(policy, item)]))
+            recs, summary = failure_set_records(policy, collective, results, fabric, scenario,
+                                                batch, ideal, window)
+            records.extend(recs)
+            summaries.append(summary)
+    cfg = scenario.failures
+    return FailureStudy(samples=batch.size,
+                        seed=scenario.seed if cfg.seed is None else cfg.seed,
+                        components_per_set=kind_counts(batch, fabric), records=records,
+                        summaries=summaries)
+
+
+# --------------------------------------------------------------------------- reliability
+
+def used_links(fabric: AnyFabric, collective: Collective, outcomes: list) -> np.ndarray:
+    """bool[L]: links that carry the job's traffic in the pre-failure slots of any phase."""
+    used = np.zeros(fabric.num_links + 1, dtype=bool)
+    for phase, outcome in zip(collective.phases, outcomes):
+        flows = phase.flows
+        sending = flows.size > 0
+        if not np.any(sending):
+            continue
+        if outcome.plane is None:  # aggregated (a Clos): every spine of every plane
+            g = fabric.geometry
+            planes = np.arange(g.planes)[:, None, None]
+            spines = np.arange(g.spines)[None, None, :]
+            src, dst = flows.src[sending], flows.dst[sending]
+            cross = g.t0_of(src) != g.t0_of(dst)
+            up_t0 = np.unique(g.t0_of(src[cross]))[None, :, None]
+            down_t0 = np.unique(g.t0_of(dst[cross]))[None, :, None]
+            for ids in (g.gpu_up(planes[:, :, 0], np.unique(src)[None, :]),
+                        g.gpu_down(planes[:, :, 0], np.unique(dst)[None, :]),
+                        g.t0_up(planes, up_t0, spines), g.t1_down(planes, down_t0, spines)):
+                used[np.asarray(ids).reshape(-1)] = True
+            continue
+        links = slot_links_host(fabric, flows, outcome)
+        used[links[sending].reshape(-1)] = True
+    return used[:-1]
+
+
+def reliability_whatif(scenario: Scenario, fabric: AnyFabric, collectives: list[Collective],
+                       baseline: dict) -> list[ReliabilityRow]:
+    """Expected failure events, stall time and crash probability per policy and job, from
+    component failure rates (Poisson events) and the components each policy's paths use (a
+    cable or NIC port is used when either of its directions carries traffic)."""
+    rel = scenario.reliability
+    cfg = scenario.failures or FailuresConfig()
+    (host0, host1), (up0, up1) = fabric.tier_bounds[0], fabric.tier_bounds[1]
+    fabric_cables, nic_total = up1 - up0, host1 - host0
+    switches_total = fabric.num_nodes - fabric.gpus
+    fabric_rate = (rel.link_failures_per_hour * fabric_cables +
+                   rel.switch_failures_per_hour * switches_total +
+                   rel.nic_port_failures_per_hour * nic_total)
+    rows = []
+    for policy in scenario.policies:
+        window = get(policy).reaction_window_s(cfg)
+        if window is None:
+            continue
+        for item, collective in enumerate(collectives):
+            used = used_links(fabric, collective, baseline[(policy, item)])
+            either = used | used[fabric.reverse]          # a cable is used either way
+            cable, port = either[up0:up1], either[host0:host1]
+            node = np.zeros(fabric.num_nodes, dtype=bool)
+            node[fabric.link_src[used]] = True
+            node[fabric.link_dst[used]] = True
+            cables, ports = int(cable.sum()), int(port.sum())
+            switches = int(node[fabric.gpus:].sum())
+            events = (rel.link_failures_per_hour * cables +
+                      rel.switch_failures_per_hour * switches +
+                      rel.nic_port_failures_per_hour * ports)
+            crash = window >= cfg.transport_timeout_s
+            per_event = collective.gpus * (cfg.transport_timeout_s + cfg.restart_s if crash
+                                           else window)
+            crashes = events if crash else 0.0
+            rows.append(ReliabilityRow(
+                policy=policy, workload=collective.name, gpus=collective.gpus,
+                cables_used=cables, switches_used=switches, nic_ports_used=ports,
+                events_per_hour=events, fabric_events_per_hour=fabric_rate, window_s=window,
+                stall_s_per_hour=0.0 if crash else events * window,
+                crashes_per_hour=crashes,
+                crash_probability=-math.expm1(-crashes * rel.hours),
+                hours=rel.hours,
+                gpu_seconds_lost_per_event=per_event,
+                gpu_hours_lost_per_day=events * 24 * per_event / 3600,
+                events_per_1000_steps=(events * rel.step_time_s / 3.6
+                                       if rel.step_time_s is not None else None),
+            ))
+    return rows
