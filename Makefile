@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
-        bench-collectives clean
+        bench-collectives bench-incidence clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench-memory: $(STAMP)
 # flow by flow (about 90 s; writes bench/collectives_last_run.log)
 bench-collectives: $(STAMP)
 	$(BIN)/python bench/bench_collectives.py
+
+# issue 15: link loads on stored paths, segment_sum against the BCOO incidence matrix
+bench-incidence: $(STAMP)
+	$(BIN)/python bench/bench_incidence.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

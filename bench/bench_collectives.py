@@ -14,8 +14,8 @@ calls after the compiling first call; the Clos entry `solve_clos_progressive_uni
 `analyze` runs) is timed beside it. The agreement column is the largest relative difference
 of a flow's completion time (finish - start) between the two.
 
-Table 2, aggregated all-to-all: `aggregate.solve_aggregated_phase` (per source/destination T0
-class) against `analysis.solve_slots` (flow by flow, `rates: auto`) on uniform all-to-alls
+Table 2, aggregated all-to-all: classes (`tests.adapters.solve_aggregated_phase`) (per source/destination T0
+class) against `engine.phase.solve_slots` (flow by flow, `rates: auto`) on uniform all-to-alls
 over every GPU, spray with evs = planes x spines, so that both are exact and must agree. Each
 size runs in a fresh process (its peak memory is its own); flow by flow runs up to
 --max-flow-gpus (it grows as N^2 x K), larger sizes are aggregated only. Both times include
@@ -108,13 +108,14 @@ def peak_rss_mib() -> float:
 def progressive_row(name: str) -> dict:
     import jax
 
-    from fabricjax.fabric import build_fabric
-    from fabricjax.paths import path_set, spread_slots
-    from fabricjax.progressive import (progressive_completion, solve_clos_progressive_uniform,
-                                       status_names)
+    from fabricjax.fabric.clos import build_fabric
+    from fabricjax.fabric.paths import path_set, spread_slots
+    from fabricjax.core.status import status_names
+    from fabricjax.solver.progressive import progressive_completion
     from fabricjax.scenario import parse_scenario
-    from fabricjax.solver import uniform_live_split
-    from fabricjax.workload import build_workload
+    from fabricjax.solver.maxmin import uniform_live_split
+    from fabricjax.workload.build import build_workload
+    from tests.adapters import solve_clos_progressive_uniform
     from tests.reference import reference_progressive
 
     what, fabric_cfg, item, evs, arrivals = PROGRESSIVE_CASES[name]
@@ -209,13 +210,13 @@ def radix_for(gpus: int) -> int:
 
 def aggregated_row(gpus: int, flow_by_flow: bool) -> dict:
     """One size, in its own process: aggregated first (its peak memory), then flow by flow."""
-    from fabricjax.aggregate import all_to_all_classes, solve_aggregated_classes, \
-        solve_aggregated_phase
-    from fabricjax.analysis import solve_slots
-    from fabricjax.fabric import build_fabric
-    from fabricjax.paths import spread_slots
+    from fabricjax.solver.aggregate import all_to_all_classes
+    from tests.adapters import solve_aggregated_classes, solve_aggregated_phase
+    from fabricjax.engine.phase import solve_slots
+    from fabricjax.fabric.clos import build_fabric
+    from fabricjax.fabric.paths import spread_slots
     from fabricjax.scenario import parse_scenario
-    from fabricjax.workload import build_workload
+    from fabricjax.workload.build import build_workload
 
     radix = radix_for(gpus)
     scenario = parse_scenario({

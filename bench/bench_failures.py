@@ -13,7 +13,7 @@ scenarios/failures.yaml (four dead T0-T1 cables, one T1 switch, two NIC ports, t
   * batched: all sets, drawn anew (another seed) with the same shapes, so nothing recompiles,
     in chunked jitted calls; and sets per second;
   * one call per set: the same jitted kernel with one set per call (what batching saves);
-  * full analysis per set: the pre-failure-issue way, `analysis.solve_policy_phase` with the
+  * full analysis per set: the pre-failure-issue way, `engine.phase.solve_policy_phase` with the
     set's alive mask (full max-min rounds; mrc from its spraying start), timed on the first
     `--single` sets and scaled to all of them (labelled as scaled).
 """
@@ -54,11 +54,11 @@ def scenario_for(gpus: int, radix: int, policy: str, sets: int):
 def one_case(fabric_key: str, policy: str, sets: int, single: int) -> dict:
     import jax
 
-    from fabricjax.analysis import solve_policy_phase
-    from fabricjax.fabric import build_fabric
-    from fabricjax.failures import alive_mask_host, sample_failures
-    from fabricjax.resilience import solve_failure_sets
-    from fabricjax.workload import build_workload
+    from fabricjax.engine.phase import solve_policy_phase
+    from fabricjax.fabric.clos import build_fabric
+    from fabricjax.fabric.failures import alive_mask_host, sample_failures
+    from fabricjax.engine.batch import solve_failure_sets
+    from fabricjax.workload.build import build_workload
 
     gpus, radix = FABRICS[fabric_key]
     scenario = scenario_for(gpus, radix, policy, sets)

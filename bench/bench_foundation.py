@@ -41,9 +41,10 @@ def scenario_for(gpus: int, radix: int, policy: str, order: str = "random", work
 
 
 def fabricjax_once(scenario, seed: int):
-    from fabricjax.analysis import policy_slots, solve_policy_phase, solve_slots
-    from fabricjax.fabric import build_fabric
-    from fabricjax.workload import build_workload
+    from fabricjax.engine.phase import solve_policy_phase, solve_slots
+    from fabricjax.policies import get
+    from fabricjax.fabric.clos import build_fabric
+    from fabricjax.workload.build import build_workload
 
     start = time.perf_counter()
     fabric = build_fabric(scenario.fabric)
@@ -53,7 +54,8 @@ def fabricjax_once(scenario, seed: int):
         scenario = scenario.model_copy(update={"seed": seed})
         result = solve_policy_phase(policy, scenario, fabric, flows, (0, 0)).result
         return time.perf_counter() - start, result, None
-    plane, spine = policy_slots(policy, scenario, fabric, flows, np.random.default_rng([seed, 1]))
+    slots = get(policy).init(scenario, fabric, flows, None, np.random.default_rng([seed, 1]))
+    plane, spine = slots.plane, slots.choice
     result = solve_slots(fabric, flows, plane, spine, scenario)
     return time.perf_counter() - start, result, (fabric, flows, plane, spine)
 
@@ -61,7 +63,7 @@ def fabricjax_once(scenario, seed: int):
 def reference_once(scenario, fabric, flows, plane, spine):
     import numpy_reference as ref
 
-    from fabricjax.analysis import offered_demand
+    from fabricjax.engine.phase import offered_demand
 
     g = fabric.geometry
     start = time.perf_counter()

@@ -75,9 +75,10 @@ def mrc_iteration_s(scenario, fabric, flows) -> float:
     """Seconds per mrc iteration: a 21- minus a 1-iteration jitted run, over 20."""
     import jax
 
-    from fabricjax.analysis import _phase_inputs, _tier_bounds
-    from fabricjax.mrc import solve_mrc_phase
-    from fabricjax.paths import spread_slots
+    from fabricjax.fabric.paths import spread_slots
+    from tests.adapters import phase_inputs as _phase_inputs
+    from tests.adapters import solve_mrc_phase
+    from tests.adapters import tier_bounds as _tier_bounds
 
     g = fabric.geometry
     plane, spine = spread_slots(g, flows.num_flows, scenario.mrc.evs, np.random.default_rng(4))
@@ -126,7 +127,7 @@ def stream_bandwidth() -> float:
 def reference_row(policy: str, scenario, fabric, flows, outcome) -> dict:
     import numpy_reference as ref
 
-    from fabricjax.analysis import offered_demand
+    from fabricjax.engine.phase import offered_demand
 
     g = fabric.geometry
     demand = offered_demand(flows, g.nic_gbps, g.gpus).astype(np.float64)
@@ -160,12 +161,12 @@ def reference_row(policy: str, scenario, fabric, flows, outcome) -> dict:
 def one_case(size: str, policy: str, sets: int, max_ref_gpus: int) -> dict:
     import jax
 
-    from fabricjax.analysis import solve_policy_phase
-    from fabricjax.fabric import build_fabric
-    from fabricjax.failures import sample_failures
-    from fabricjax.resilience import solve_failure_sets
+    from fabricjax.engine.phase import solve_policy_phase
+    from fabricjax.fabric.clos import build_fabric
+    from fabricjax.fabric.failures import sample_failures
+    from fabricjax.engine.batch import solve_failure_sets
     from fabricjax.scenario import parse_scenario
-    from fabricjax.workload import build_workload
+    from fabricjax.workload.build import build_workload
 
     gpus, radix = FABRICS[size]
     scenario = parse_scenario(scenario_dict(gpus, radix, [policy], failures=sets or None))

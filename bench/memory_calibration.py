@@ -23,8 +23,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fabricjax.memory import estimate_memory  # noqa: E402
-from fabricjax.scenario import load_scenario  # noqa: E402
+from fabricjax.engine.plan import estimate_memory
+from fabricjax.scenario import load_scenario
 
 
 def _perm(gpus: int, radix: int, policy: str, slots: int) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from fabricjax.fabric import ClosGeometry
+from fabricjax.fabric.clos import ClosGeometry
 
 
 def build_graph(g: ClosGeometry) -> nx.DiGraph:

@@ -1,6 +1,6 @@
 """Per-(source T0, destination T0) aggregation against the flow-by-flow solve it replaces.
 
-The flow-by-flow side is `analysis.solve_slots` (`rates: auto`, the slowest-rate pass that
+The flow-by-flow side is `engine.phase.solve_slots` (`rates: auto`, the slowest-rate pass that
 equal sizes make exact) on every flow of an all-to-all, with link loads recomputed in float64
 from the stored path links; the aggregated side sees only class counts.
 """

@@ -1,9 +1,11 @@
-"""MRC adaptive spraying as a jitted fixed point over entropy values (EVs).
+"""`mrc`: MRC adaptive spraying, as a jitted fixed point over entropy values (EVs).
 
-Contract: `mrc_fixed_point` takes each flow's initial EV set (slot k on plane k % P, on spine
-`spine[f, k]`) and returns the EV set that MRC's congestion reaction settles on, with its
-iteration count, a residual and a status code. The whole loop is one `lax.while_loop` under
-`jit`; the random swaps come from a JAX PRNG key, so a run is deterministic given the seed.
+Contract: `mrc_fixed_point` takes each flow's initial EV set (`plane`, `spine` int32[F, K]: on a
+Clos the spine, slot k on plane k % P; on a stored-path fabric a candidate path) and the
+phase's routes (`solver.incidence`), and returns the EV set that MRC's congestion reaction
+settles on, with its iteration count, a residual and a `Status`. The whole loop is one
+`lax.while_loop` under `jit`; the random swaps come from a PRNG key, so a run is deterministic
+given the seed. The `Mrc` policy starts from spraying's draw and runs it as its `react`.
 
 The model of one iteration (what MRC does over a few round-trip times):
   1. spray: every flow sends equally over its live EVs. An EV whose path has a dead fabric
@@ -11,12 +13,13 @@ The model of one iteration (what MRC does over a few round-trip times):
      EV at the first lost packet); an EV behind a dead NIC port is retired for good, since no
      spine of its plane can carry it (the GPU loses that plane, 1/P of its bandwidth);
   2. congestion signal: an EV is *marked* when the worst utilisation along the hops its choice
-     controls (T0 -> T1 uplink and T1 -> T0 downlink) exceeds `threshold` (ECN marking at a
-     queue that builds when offered load exceeds capacity). The NIC-port hops are shared by
+     controls (its switch-to-switch hops: on a Clos the T0 -> T1 uplink and T1 -> T0 downlink)
+     exceeds `threshold` (ECN marking at a queue that builds when offered load exceeds
+     capacity). The NIC-port hops are shared by
      every EV of a plane, so no swap can relieve them; congestion there is left to the rates;
-  3. reaction: a marked EV moves to a uniformly random *other* spine of the **same plane**
+  3. reaction: a marked EV moves to a uniformly random *other* path of the **same plane**
      with probability damping * (u - threshold) / u, where u is its path's worst utilisation.
-     When that spine's path is dead the next spine in cyclic order is tried (RETARGET_DRAWS
+     When that path is dead the next one in cyclic order is tried (RETARGET_DRAWS
      candidates in all); when every candidate is dead the EV stays and retries next iteration.
      The factor (u - threshold) / u is the share of the link's traffic in excess: ECN marks
      packets, not whole links, so in expectation about the excess moves and not everything
@@ -32,11 +35,12 @@ spraying it started from when nothing is dead. A balanced stop returns the balan
 itself, a true fixed point. The trace records every iteration's P100, so the spread of that
 equilibrium stays visible.
 
-Speed (issue 7): an iteration touches only [F, K] arrays. The two fabric hops of an EV are
-base + spine in the Clos layout (bases hoisted out of the loop), NIC-port loads are summed per
-plane by a reshape, loads are four scatters, and the swap coins come from a counter-based hash
-(`hash_bits`) instead of threefry. Measured on the 2-core CPU at 8,192 GPUs x 128 EVs: 48 ms
-per iteration before, 9 ms after; `bench/bench_scale.py` has the table.
+Speed (issue 7): an iteration touches only [F, K] arrays. On a Clos the routes give the two
+fabric hops of an EV as base + spine (bases hoisted out of the loop), NIC-port loads are summed
+per plane by a reshape and loads are four scatters (`ClosRoutes.slot_loads`); the swap coins
+come from a counter-based hash (`hash_bits`) instead of threefry. Measured on the 2-core CPU
+at 8,192 GPUs x 128 EVs: 48 ms per iteration before, 9 ms after; `bench/bench_scale.py` has
+the table.
 """
 
 from __future__ import annotations
