@@ -46,7 +46,7 @@ def _peak_of_child(path: Path) -> tuple[float, float]:
     """(peak MiB, seconds) of `fabricjax analyze path` in a fresh process (wait4 gives that
     child's own rusage)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "analyze", str(path), "-q"],
+    proc = subprocess.Popen([sys.executable, "-m", "fabricjax_cli.main", "analyze", str(path), "-q"],
                             cwd=REPO, stdout=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=str(REPO)))
     _, status, usage = os.wait4(proc.pid, 0)

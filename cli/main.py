@@ -71,15 +71,30 @@ def _root(
     """fabricjax: the tail of link utilisation and collective time, per load-balancing policy."""
 
 
+# scenario fields that command-line options set: an error about one names the option
+OPTION_FIELDS = {"policies": "--policy", "seed": "--seed", "failures.samples": "--samples",
+                 "failures.chunk": "--chunk"}
+
+
 def _load(scenario: Path, **overrides):
+    """The validated scenario with the options' overrides; a bad file or a bad option value
+    is one line and exit 2, naming the file's field or the option the user typed."""
     from fabricjax.core.errors import ScenarioError
     from fabricjax.scenario import load_scenario, with_overrides
 
     try:
         loaded = load_scenario(scenario)
-        return with_overrides(loaded, **overrides)
     except ScenarioError as error:
         _fail(str(error))
+    try:
+        return with_overrides(loaded, **overrides)
+    except ScenarioError as error:
+        field = error.field
+        for name, option in OPTION_FIELDS.items():
+            if field == name or field.startswith((name + "[", name + ".")):
+                field = option
+                break
+        _fail(str(ScenarioError(field, error.message, error.source)))
 
 
 def _check_plot_dir(path: Optional[str]) -> None:
@@ -204,8 +219,9 @@ def analyze(
     adaptation = adaptation_table(report)
     if adaptation is not None:
         out.print(adaptation)
-    for line in trace_lines(report) + bottleneck_lines(report):
-        out.print(f"  {escape(line)}", highlight=False)
+    for lines in (trace_lines(report), bottleneck_lines(report)):
+        for index, line in enumerate(lines):   # a heading, then its lines indented
+            out.print(f"{'  ' if index else ''}{escape(line)}", highlight=False)
     if report.failures is not None:
         from fabricjax.report.tables import (failure_header, failure_lines, failure_table,
                                              transient_table)
@@ -376,7 +392,7 @@ def sweep(
         _fail(f"{scenario}: point {point.label}: {error}")
     result = _computing(lambda: _run_sweep(points, quiet), scenario)
     from fabricjax.report.tables import sweep_table
-    from fabricjax.sweep import sweep_table_rows, write_csv, write_json
+    from fabricjax.sweep import sweep_legend, sweep_table_rows, write_csv, write_json
 
     if csv_path is not None:
         write_csv(result, csv_path)
@@ -387,7 +403,7 @@ def sweep(
         from fabricjax.report.plots import write_plots
 
         written = write_plots(None, plot, sweep=result)
-    out.print(sweep_table(*sweep_table_rows(result)))
+    out.print(sweep_table(*sweep_table_rows(result), sweep_legend(result)))
     out.print(f"{len(points)} point(s) in {result.total_s:.1f} s", highlight=False)
     for path in [p for p in (csv_path, json_path) if p is not None] + [str(w) for w in written]:
         out.print(f"wrote {escape(_printable(path))}", highlight=False)
@@ -421,9 +437,11 @@ def topo(
     clos = config.fabric.kind == "multiplane-clos"
     try:   # the Clos's counts follow from its geometry: no link arrays for 131k GPUs
         counts = fabric_summary(config.fabric) if clos else summary(config, build(config))
+        baselines = None
         if clos:
+            baselines = baseline_designs(config.fabric, config.bom.overrides())
             designs = [bom(config.fabric, overrides=config.bom.overrides()),
-                       *baseline_designs(config.fabric, config.bom.overrides())]
+                       *baselines.designs]
         else:
             designs = [scenario_bom(config)]
     except ScenarioError as error:
@@ -434,10 +452,12 @@ def topo(
         out.print(graph_topo_table(counts, config.fabric.kind))
     if "modules" in designs[0]:
         out.print(bom_table(designs))
-    for line in bom_lines(designs):
+    note = baselines.note if baselines is not None else None
+    for line in bom_lines(designs, note):
         out.print(f"  {escape(line)}", highlight=False)
     if json_path is not None:
-        write_json_atomic({**counts, "bom": designs[0], "baselines": designs[1:]}, json_path)
+        write_json_atomic({**counts, "bom": designs[0], "baselines": designs[1:],
+                           "baseline_note": note}, json_path)
         out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
 
 

@@ -35,7 +35,7 @@ def _short(value: Any) -> str:
 def _known_policy(name: str) -> str:
     if name not in known_names():
         allowed = ", ".join(repr(n) for n in known_names())
-        raise ValueError(f"unknown policy {_short(name)}; allowed: {allowed}")
+        raise ValueError(f"unknown policy (got {_short(name)}); allowed: {allowed}")
     return name
 
 
@@ -68,6 +68,23 @@ class FabricConfig(_Strict):
     # rail-optimised T0s: GPU i of every server is cabled to rail switch i (a T0 serves one
     # local rank of D servers) instead of a T0 serving D consecutive GPUs
     rail_optimised: bool = False
+
+    @field_validator("oversubscription", mode="before")
+    @classmethod
+    def _ratio(cls, value: Any) -> Any:
+        """`3`, `3.0` or the way it is said, `"3:1"` (down:up ports of a T0)."""
+        if isinstance(value, str):
+            parts = value.replace(" ", "").split(":")
+            try:
+                down, up = (float(p) for p in parts)
+            except ValueError:
+                raise ValueError(f"expected a number or a ratio such as '3:1' (down:up ports), "
+                                 f"got {_short(value)}") from None
+            if not (down > 0 and up > 0):
+                raise ValueError(f"a ratio of positive numbers such as '3:1', got "
+                                 f"{_short(value)}")
+            return down / up
+        return value
 
     @field_validator("port_gbps", mode="before")
     @classmethod

@@ -18,7 +18,7 @@ import numpy as np
 from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
 from fabricjax.engine.batch import STALLED_SHOWN
-from fabricjax.engine.phase import PhaseOutcome
+from fabricjax.engine.phase import PhaseOutcome, line_rate_time_s, nic_rate
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch
 from fabricjax.results import FailureSummary, PolicyRecord
@@ -99,7 +99,9 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
     status = OK
     stalled = 0
     completion = 0.0
-    ideal = 0.0
+    endpoint = 0.0
+    line_rate = 0.0
+    nic = nic_rate(fabric)
     rounds = 0
     min_rate = np.inf
     for phase, outcome in zip(collective.phases, outcomes):
@@ -108,7 +110,9 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         stalled += int(res.stalled)
         rounds = max(rounds, int(res.rounds))
         completion += float(phase_duration_s(scenario, phase, float(res.phase_time)))
-        ideal += float(phase_duration_s(scenario, phase, float(res.ideal_time)))
+        endpoint += float(phase_duration_s(scenario, phase, float(res.ideal_time)))
+        line_rate += float(phase_duration_s(scenario, phase,
+                                            line_rate_time_s(phase.flows, nic)))
         rates = np.asarray(res.rates)
         if outcome.aggregated is None:
             rates = rates[phase.flows.size > 0]
@@ -129,9 +133,12 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
     if any(o.lost_plane for o in outcomes):
         status |= LOST_PLANE
     prog = progressive_figures(collective, outcomes, scenario) if finished else {}
-    if prog.get("event_limit"):
-        status |= EVENT_LIMIT
+    # the completion table's status: what the static time rests on (the progressive
+    # simulation's own cap is the flow table's business, `progressive_status`)
     status_words = status_text(status)
+    progressive_status = None
+    if "events" in prog:
+        progressive_status = "event_limit" if prog.get("event_limit") else "ok"
     # the busiest phase's iteration when it had one (a phase inside servers has none)
     shown = outcomes[worst] if outcomes[worst].iterations is not None else (
         adaptive[0] if adaptive else None)
@@ -149,11 +156,14 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         p100_utilisation=float(busiest.stats[0, 2]),
         utilisation_by_tier=by_tier,
         completion_s=completion if finished else None,
-        ideal_s=ideal,
-        slowdown=completion / ideal if finished and ideal > 0 else None,
+        line_rate_s=line_rate,
+        endpoint_bound_s=endpoint,
+        slowdown=completion / line_rate if finished and line_rate > 0 else None,
+        fabric_slowdown=completion / endpoint if finished and endpoint > 0 else None,
         algbw_gbps=algbw,
         busbw_gbps=algbw * collective.busbw_factor if algbw is not None else None,
-        ideal_busbw_gbps=bits / ideal * collective.busbw_factor if ideal > 0 else 0.0,
+        line_rate_busbw_gbps=(bits / line_rate * collective.busbw_factor if line_rate > 0
+                              else 0.0),
         min_rate_gbps=float(min_rate) if np.isfinite(min_rate) else 0.0,
         status=status_words,
         stalled_flows=stalled,
@@ -166,6 +176,7 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         algorithm=collective.algorithm,
         job=collective.job,
         progressive_s=prog.get("progressive_s"),
+        progressive_status=progressive_status,
         fct_p50_s=prog.get("fct_p50_s"),
         fct_p99_s=prog.get("fct_p99_s"),
         fct_max_s=prog.get("fct_max_s"),
@@ -186,11 +197,14 @@ def distribution(values: np.ndarray) -> dict | None:
 
 
 def failure_set_records(policy: str, collective: Collective, results: list, fabric: AnyFabric,
-                        scenario: Scenario, batch: FailureBatch, ideal_s: float,
-                        window: float | None) -> tuple[list[dict], FailureSummary]:
+                        scenario: Scenario, batch: FailureBatch, line_rate_s: float,
+                        endpoint_bound_s: float, window: float | None
+                        ) -> tuple[list[dict], FailureSummary]:
     """Per-set records and the summary of one policy on one collective (vectorised over sets;
     the small loop is over the collective's phases). `results`: one SetOutcome of numpy
-    arrays [B] per phase; `window`: the policy's reaction window (None: no transient)."""
+    arrays [B] per phase; `line_rate_s`, `endpoint_bound_s`: the collective's times without
+    the fabric (the no-failure record's); `window`: the policy's reaction window (None: no
+    transient)."""
     cfg = scenario.failures
     B = batch.size
     p100 = np.stack([r.stats[:, 0, -1] for r in results], axis=1)          # [B, phases]
@@ -223,7 +237,9 @@ def failure_set_records(policy: str, collective: Collective, results: list, fabr
 
     names = [fabric.link_name(int(l)) if np.isfinite(u) else None
              for l, u in zip(top_links[:, 0], top_util[:, 0])]
-    slowdown = completion / ideal_s if ideal_s > 0 else np.full(B, np.nan)
+    slowdown = completion / line_rate_s if line_rate_s > 0 else np.full(B, np.nan)
+    fabric_slowdown = (completion / endpoint_bound_s if endpoint_bound_s > 0
+                       else np.full(B, np.nan))
     records = []
     for b in range(B):  # one JSON record per failure set
         records.append({
@@ -236,7 +252,9 @@ def failure_set_records(policy: str, collective: Collective, results: list, fabr
                              for i, t in enumerate(fabric.tier_names)},
             "p100_link": names[b],
             "completion_s": float(completion[b]) if finished[b] else None,
-            "slowdown": float(slowdown[b]) if finished[b] and ideal_s > 0 else None,
+            "slowdown": float(slowdown[b]) if finished[b] and line_rate_s > 0 else None,
+            "fabric_slowdown": (float(fabric_slowdown[b])
+                                if finished[b] and endpoint_bound_s > 0 else None),
             "status": status_text(int(status[b])),
             "stalled_flows": int(stalled[b]),
             "stalled_pairs": stalled_pairs(b) if stalled[b] else [],
@@ -257,6 +275,7 @@ def failure_set_records(policy: str, collective: Collective, results: list, fabr
         p100_utilisation=distribution(stats[:, 0, -1]),
         completion_s=distribution(completion),
         slowdown=distribution(slowdown),
+        fabric_slowdown=distribution(fabric_slowdown),
         stalled_sets=int(np.sum(~finished)),
         worst_set=worst,
         worst_set_components=batch.names[worst],

@@ -23,11 +23,13 @@ class PolicyRecord:
     p100_utilisation: float
     utilisation_by_tier: dict
     completion_s: float | None
-    ideal_s: float
-    slowdown: float | None
+    line_rate_s: float                   # every GPU at its NIC's line rate, nothing contends
+    endpoint_bound_s: float              # a perfect crossbar: senders' and receivers' NICs bind
+    slowdown: float | None               # completion / line_rate_s
+    fabric_slowdown: float | None        # completion / endpoint_bound_s: the fabric's share
     algbw_gbps: float | None
     busbw_gbps: float | None
-    ideal_busbw_gbps: float
+    line_rate_busbw_gbps: float
     min_rate_gbps: float
     status: str
     stalled_flows: int
@@ -40,6 +42,7 @@ class PolicyRecord:
     algorithm: str = ""                  # ring, tree, halving-doubling, hierarchical ring, ...
     job: bool = False                    # from `jobs` (shares the fabric; see Report.sharing)
     progressive_s: float | None = None   # completion under the progressive (flow-level) model
+    progressive_status: str | None = None  # what the progressive figures are subject to
     fct_p50_s: float | None = None       # flow completion times (progressive), over the fabric
     fct_p99_s: float | None = None       # flows of every step
     fct_max_s: float | None = None
@@ -79,7 +82,8 @@ class FailureSummary:
     sets: int
     p100_utilisation: dict | None       # P50 / P99 / max over sets of the P100
     completion_s: dict | None           # over the sets where no flow stalled
-    slowdown: dict | None
+    slowdown: dict | None               # completion / the line-rate time
+    fabric_slowdown: dict | None        # completion / the endpoint-bound time
     stalled_sets: int                   # sets in which some flow has no live path
     worst_set: int                      # index of the worst set (stalled first, then slowest)
     worst_set_components: list

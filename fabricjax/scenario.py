@@ -236,6 +236,11 @@ def _format_validation_error(err: pydantic.ValidationError) -> ScenarioError:
             message = f"unknown collective {_short(first['ctx']['tag'])}; allowed: {allowed}"
         else:
             message = f"required field is missing; allowed: {allowed}"
+    elif kind in ("model_type", "model_attributes_type", "dict_type"):
+        message = ("expected a mapping of fields, e.g. {name: value} "
+                   f"(got {_short(first['input'])})")
+    elif kind == "list_type":
+        message = f"expected a list, e.g. [item, item] (got {_short(first['input'])})"
     else:
         message = msg[0].lower() + msg[1:] if msg else kind
         if "input" in first and "got" not in message:
@@ -315,8 +320,19 @@ class SafeLoader(yaml.SafeLoader):
                 node.start_mark) from None
 
 
+# YAML 1.1 reads `3:1` as the base-60 integer 181 (and `1:30.5` as a float): a scenario's
+# `oversubscription: 3:1` must stay the ratio it says, as in YAML 1.2, which has no base 60
+_SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
+def _without_base_60(tag: str, regexp: re.Pattern) -> re.Pattern:
+    """`regexp` of an int or float resolver, refusing the base-60 forms."""
+    if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+        return regexp
+    return re.compile(rf"(?!{_SEXAGESIMAL.pattern}){regexp.pattern}", regexp.flags)
+
+
 SafeLoader.yaml_implicit_resolvers = {
-    first: list(resolvers) for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    first: [(tag, _without_base_60(tag, regexp)) for tag, regexp in resolvers]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 SafeLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),

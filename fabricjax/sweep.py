@@ -40,7 +40,7 @@ _PART_RE = re.compile(rf"({_NAME})|\[([0-9]+)\]")
 
 # the per-row metrics of every record, then those of the failure study when there is one
 METRICS = ("gpus", "p100_utilisation", "p99_utilisation", "completion_s", "slowdown",
-           "busbw_gbps", "status")
+           "fabric_slowdown", "busbw_gbps", "status")
 BOM_COLUMNS = ("switches", "optic_modules", "watts")   # the fabric's bill of materials
 FAILURE_METRICS = ("failures_p100_p50", "failures_p100_p99", "failures_p100_max",
                    "failures_completion_p50_s", "failures_completion_p99_s",
@@ -424,12 +424,52 @@ def _u(value: float | None) -> str:
     return "—" if value is None else f"{round(value, 6):.3f}"
 
 
+def short_names(paths: tuple[str, ...]) -> dict[str, str]:
+    """{path: column header}: each swept path's last component (`fabric.planes` -> `planes`,
+    `workload[0].size` -> `size`), with as many components before it as it takes to tell
+    paths apart (`spray.evs` and `mrc.evs` stay whole)."""
+    def pieces(path: str) -> list[str]:       # ("jobs", 1, "gpus") -> ["jobs[1]", "gpus"]
+        out: list[str] = []
+        for part in _split_path(path):
+            if isinstance(part, int):
+                out[-1] += f"[{part}]"
+            else:
+                out.append(part)
+        return out
+
+    split = {path: pieces(path) for path in paths}
+    names = {}
+    for path, mine in split.items():
+        for depth in range(1, len(mine) + 1):
+            name = ".".join(mine[-depth:])
+            if not any(q != path and ".".join(other[-depth:]) == name
+                       for q, other in split.items()):
+                break
+        names[path] = name
+    return names
+
+
+def sweep_legend(result: SweepResult) -> str | None:
+    """The full field of every shortened column header, one line (None when none is)."""
+    names = short_names(result.paths)
+    pairs = [f"{names[p]} = {p}" for p in result.paths if names[p] != p]
+    return "; ".join(pairs) if pairs else None
+
+
 def sweep_table_rows(result: SweepResult) -> tuple[list[str], list[list[str]]]:
     """(headers, rows) of plain strings, one row per point x policy x item: the swept values
-    and the key metrics. Plain text, not rich markup: escape before adding to a rich Table."""
+    (headed by `short_names`) and the key metrics, every header one line. Plain text, not rich
+    markup: escape before adding to a rich Table. The fabric slowdown column is left out
+    when it equals the slowdown on every row (no NIC receives more than it sends), so that
+    the table fits a terminal; the CSV and JSON always have both."""
     failures = "stalled_sets" in result.columns
-    headers = [*result.paths, "policy", "workload", "P100", "P99", "completion", "slowdown",
-               "busbw Gbit/s", "status", "switches", "optics", "kW"]
+    names = short_names(result.paths)
+    fabric_column = any(row["fabric_slowdown"] is not None and row["slowdown"] is not None
+                        and abs(row["fabric_slowdown"] - row["slowdown"])
+                        > 1e-6 * row["slowdown"] for row in result.rows)
+    headers = [*(names[p] for p in result.paths), "policy", "workload", "P100", "P99",
+               "completion", "slowdown", "fabric slowdown", "busbw", "status", "switches",
+               "optics", "kW"]
     if failures:
         headers += ["fail P100 p99", "fail completion p99", "stalled sets"]
     rows = []
@@ -438,6 +478,7 @@ def sweep_table_rows(result: SweepResult) -> tuple[list[str], list[list[str]]]:
         cells += [row["policy"], row["workload"], _u(row["p100_utilisation"]),
                   _u(row["p99_utilisation"]), format_seconds(row["completion_s"]),
                   "—" if row["slowdown"] is None else _u(row["slowdown"]) + "×",
+                  "—" if row["fabric_slowdown"] is None else _u(row["fabric_slowdown"]) + "×",
                   "—" if row["busbw_gbps"] is None else f"{row['busbw_gbps']:.1f}",
                   row["status"], f"{row['switches']:,}",
                   "—" if row["optic_modules"] is None else f"{row['optic_modules']:,}",
@@ -448,4 +489,8 @@ def sweep_table_rows(result: SweepResult) -> tuple[list[str], list[list[str]]]:
                       "—" if completion is None else format_seconds(completion),
                       "—" if row["stalled_sets"] is None else str(row["stalled_sets"])]
         rows.append(cells)
+    if not fabric_column:
+        drop = headers.index("fabric slowdown")
+        headers.pop(drop)
+        rows = [cells[:drop] + cells[drop + 1:] for cells in rows]
     return headers, rows

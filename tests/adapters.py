@@ -29,8 +29,10 @@ from fabricjax.solver.progressive import progressive_completion
 
 MRC_BALANCED, MRC_SETTLED, MRC_ITERATION_CAP = (int(Status.OK), int(Status.SETTLED),
                                                 int(Status.ITERATION_CAP))
-MRC_STATUS_NAMES = {code: MRC.convergence(code)
+# how mrc's loop ended, in words, after some iterations (at 0 a balanced start reads apart)
+MRC_STATUS_NAMES = {code: MRC.convergence(code, 1)
                     for code in (MRC_BALANCED, MRC_SETTLED, MRC_ITERATION_CAP)}
+MRC_ENDINGS = set(MRC_STATUS_NAMES.values()) | {MRC.convergence(MRC_BALANCED, 0)}
 
 
 def tier_bounds(fabric) -> tuple:

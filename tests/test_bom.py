@@ -9,7 +9,9 @@ import networkx as nx
 import pytest
 
 from fabricjax.fabric.bom import (
-    DEFAULT_ASSUMPTIONS, bom, bom_comparison, fat_tree_bom, fat_tree_reach, mrc_claim_comparison, smallest_fabric, three_tier_fat_tree_bom, tiers_needed,
+    DEFAULT_ASSUMPTIONS, MAX_BASELINE_TIERS, baseline_designs, bom, bom_comparison,
+    fat_tree_bom, fat_tree_reach, mrc_claim_comparison, smallest_fabric, t0_ports,
+    three_tier_fat_tree_bom, tiers_needed,
 )
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.clos import build_fabric, clos_geometry
@@ -99,24 +101,79 @@ def _sized_fat_tree(gpus: int, k: int) -> nx.MultiGraph:
     """A 3-tier fat tree for `gpus` hosts wired by the rule `three_tier_fat_tree_bom` counts:
     whole T0s, whole pods, and per T1 position j a group of ceil(pods/2) cores that takes
     the T0s' uplinks round robin (so every core also reaches pod 0)."""
+    return _oversubscribed_fat_tree(gpus, k, k // 2, k // 2)
+
+
+def _oversubscribed_fat_tree(gpus: int, k: int, down: int, up: int) -> nx.MultiGraph:
+    """A 3-tier tree for `gpus` hosts with T0s of `down` hosts and `up` uplinks and 1:1 tiers
+    above, wired as `fat_tree_bom` counts it: pods of k/2 T0s, each T0 linked once to each of
+    its pod's `up` T1s; per T1 position j a group of ceil(pods/2) cores taking the uplinks
+    round robin."""
     h = k // 2
     graph = nx.MultiGraph()
-    t0s = math.ceil(gpus / h)
+    t0s = math.ceil(gpus / down)
     pods = math.ceil(t0s / h)
     for gpu in range(gpus):
-        graph.add_edge(("gpu", gpu), ("t0", gpu // h), layer="host-t0")
+        graph.add_edge(("gpu", gpu), ("t0", gpu // down), layer="host-t0")
     for t0 in range(t0s):
-        for j in range(h):
+        for j in range(up):
             graph.add_edge(("t0", t0), ("t1", t0 // h, j), layer="t0-t1")
-    for pod in range(pods):                      # the T1s of a pod are bought whole
-        for j in range(h):
+    for pod in range(pods):
+        for j in range(up):
             graph.add_node(("t1", pod, j))
-    for j in range(h):
-        # every T0 below T1 (pod, j) sends one link on up, to core t0 mod (group size)
+    for j in range(up):
         for t0 in range(t0s):
             graph.add_edge(("t1", t0 // h, j), ("t2", j, t0 % math.ceil(pods / 2)),
                            layer="t1-t2")
     return graph
+
+
+@pytest.mark.parametrize("ratio, split", [(3.0, (6, 2)), (5 / 3, (5, 3))])
+def test_oversubscribed_fat_tree_is_buildable(ratio, split):
+    """Oversubscribed at the T0s only (as a designer builds it), 1:1 above: the closed form's
+    switches and links match a tree wired link by link for every size up to its reach, no
+    switch needs more than k ports, and the cut between the halves of the pods carries all
+    the T0s' uplinks can send (full bisection above the T0s) when the core groups divide."""
+    k, h = 8, 4
+    down, up = split
+    assert t0_ports(k, ratio) == split
+    reach = fat_tree_reach(k, 3, ratio)
+    assert reach == 2 * h ** 2 * down                  # k pods of h T0s of `down` hosts
+    for gpus in range(2, reach + 1):
+        graph = _oversubscribed_fat_tree(gpus, k, down, up)
+        switches, layers, max_degree = _count(graph)
+        b = fat_tree_bom(gpus, k, 800.0, tiers=3, oversubscription=ratio)
+        assert b["switches_by_tier"] == {"t0": switches["t0"], "t1": switches["t1"],
+                                         "t2": switches["t2"]}, gpus
+        assert b["links_by_layer"] == dict(layers), gpus
+        assert b["t0_down_up"] == [down, up]
+        assert max_degree <= k and nx.is_connected(graph), gpus
+        t0s = math.ceil(gpus / down)
+        pods = math.ceil(t0s / h)
+        if h % math.ceil(pods / 2) == 0 and pods >= 2:
+            left_t0s = (pods // 2) * h
+            hosts = [min(down, gpus - t * down) for t in range(t0s)]
+            sends = [min(n, up) for n in hosts]
+            expected = min(sum(sends[:left_t0s]), sum(sends[left_t0s:]))
+            assert _bisection_flow_t0(graph, left_t0s * down) == expected, gpus
+    with pytest.raises(ScenarioError, match="exceed"):
+        fat_tree_bom(reach + 1, k, 800.0, tiers=3, oversubscription=ratio)
+
+
+def _bisection_flow_t0(graph: nx.MultiGraph, left_hosts: int) -> int:
+    """Max flow from hosts numbered below `left_hosts` to the others, unit links."""
+    flow = nx.DiGraph()
+    for u, v in graph.edges():
+        for a, b in ((u, v), (v, u)):
+            cap = flow.get_edge_data(a, b, {"capacity": 0})["capacity"]
+            flow.add_edge(a, b, capacity=cap + 1)
+    for node in list(flow):
+        if node[0] == "gpu":
+            if node[1] < left_hosts:
+                flow.add_edge("src", node, capacity=1)
+            else:
+                flow.add_edge(node, "dst", capacity=1)
+    return int(nx.maximum_flow_value(flow, "src", "dst"))
 
 
 def _count(graph: nx.MultiGraph) -> tuple[Counter, Counter, int]:
@@ -171,21 +228,9 @@ def _bisection_flow(graph: nx.MultiGraph, k: int) -> int:
     h = k // 2
     gpus = sum(1 for node in graph if node[0] == "gpu")
     pods = math.ceil(gpus / (h * h))
-    flow = nx.DiGraph()
-    for u, v in graph.edges():
-        for a, b in ((u, v), (v, u)):
-            cap = flow.get_edge_data(a, b, {"capacity": 0})["capacity"]
-            flow.add_edge(a, b, capacity=cap + 1)
-    for node in list(flow):
-        if node[0] == "gpu":
-            side = "src" if node[1] < (pods // 2) * h * h else "dst"
-            if side == "src":
-                flow.add_edge("src", node, capacity=1)
-            else:
-                flow.add_edge(node, "dst", capacity=1)
-    if "src" not in flow or "dst" not in flow:
+    if (pods // 2) * h * h in (0, gpus):
         return 0
-    return int(nx.maximum_flow_value(flow, "src", "dst"))
+    return _bisection_flow_t0(graph, (pods // 2) * h * h)
 
 
 def test_fat_tree_full_size_formulas():
@@ -237,11 +282,11 @@ def test_overrides_change_watts():
 
 
 def test_bad_overrides_name_the_field():
-    with pytest.raises(ScenarioError, match="overrides.switch_wats"):
+    with pytest.raises(ScenarioError, match="bom.switch_wats"):
         bom(STARGATE, overrides={"switch_wats": 1.0})
-    with pytest.raises(ScenarioError, match="overrides.host_links"):
+    with pytest.raises(ScenarioError, match="bom.host_links"):
         bom(STARGATE, overrides={"host_links": "fibre"})
-    with pytest.raises(ScenarioError, match="overrides.optic_watts"):
+    with pytest.raises(ScenarioError, match="bom.optic_watts"):
         bom(FabricConfig(gpus=64, planes=1, port_gbps=3200.0, radix=16))
 
 
@@ -284,3 +329,40 @@ def test_published_claim_131k():
     # with copper host links the optics ratio against three tiers falls to 1/2
     copper = mrc_claim_comparison(overrides={"host_links": "copper"})["three_tier"]
     assert copper["ratio_per_gpu"]["modules"] == pytest.approx(1 / 2, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- baselines
+
+def test_baseline_is_what_a_designer_would_build():
+    """Same NIC bandwidth on one plane, the ASIC's ports ganged to it, same oversubscription;
+    none (with the reason) when that is not a fabric anyone would build."""
+    # quickstart: 64 x 100G ganged by 8 is an 8-port 800G switch, 5 tiers for 1,024 GPUs
+    quick = baseline_designs(FabricConfig(gpus=1024, planes=8, port_gbps=100.0, radix=64))
+    assert quick.designs == [] and "need 5 tiers" in quick.note
+    assert MAX_BASELINE_TIERS == 4
+    # 3:1 at 512 x 100G: the baseline is 3:1 too (it was 1:1 before: 0.26x the switches)
+    over = FabricConfig(gpus=65_536, planes=8, port_gbps=100.0, radix=512, oversubscription=3)
+    base = baseline_designs(over)
+    assert [(b["tiers"], b["t0_down_up"], b["radix"], b["port_gbps"]) for b in base.designs] \
+        == [(3, [48, 16], 64, 800.0)]
+    assert base.note is None
+    full = baseline_designs(over.model_copy(update={"oversubscription": 1.0})).designs[0]
+    assert base.designs[0]["switches"] < full["switches"]
+    # 2 x 1.6T: a 3.2T single-plane port has no optic in the table -- a note, not an error
+    fast = baseline_designs(FabricConfig(gpus=1024, planes=2, port_gbps=1600.0, radix=64))
+    assert fast.designs == [] and "no 3200G module" in fast.note
+    four = baseline_designs(FabricConfig(gpus=1024, planes=4, port_gbps=1600.0, radix=64))
+    assert four.designs == [] and "6400G" in four.note
+    # 4 planes of 200G on 256 ports: 64 x 800G, three tiers for 8,192 GPUs
+    (tree,) = baseline_designs(FabricConfig(gpus=8192, planes=4, port_gbps=200.0,
+                                            radix=256)).designs
+    assert (tree["tiers"], tree["radix"], tree["port_gbps"]) == (3, 64, 800.0)
+    # ports that do not gang evenly are named; a single plane is its own baseline
+    odd = baseline_designs(FabricConfig(gpus=256, planes=8, port_gbps=100.0, radix=68))
+    assert odd.designs and "4 of each switch's 68 ports are left over" in odd.note
+    assert baseline_designs(FabricConfig(gpus=64, planes=1, port_gbps=800.0,
+                                         radix=16)).note.startswith("none")
+    # a split the ganged radix cannot make exactly is named: 80 ports 3:1 is 60:20, 10 -> 8:2
+    near = baseline_designs(FabricConfig(gpus=512, planes=8, port_gbps=100.0, radix=80,
+                                         oversubscription=3))
+    assert near.designs[0]["t0_down_up"] == [8, 2] and "4:1" in near.note

@@ -31,6 +31,25 @@ def test_topo_prints_the_bom_and_the_published_comparison(tmp_path):
     assert [b["tiers"] for b in data["baselines"]] == [4, 3]
 
 
+def test_topo_says_when_no_baseline_makes_sense(tmp_path):
+    """The quickstart (64 x 100G ganged by 8: 8-port 800G switches, 5 tiers) and 2 x 1.6T
+    NICs (a 3.2T single-plane port has no optic) print why there is no baseline; before, the
+    first was compared with a five-tier tree and the second failed on `overrides.optic_watts`."""
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    proc = fabricjax("topo", str(repo / "scenarios" / "quickstart.yaml"), "--json", "q.json",
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "single-plane baseline: none sensible" in proc.stdout
+    data = json.loads((tmp_path / "q.json").read_text())
+    assert data["baselines"] == [] and "5 tiers" in data["baseline_note"]
+    (tmp_path / "fast.yaml").write_text(
+        "fabric: {gpus: 1024, planes: 2, port_gbps: 1.6T, radix: 64}\n"
+        "workload: [{name: p, collective: permutation, size: 1MiB}]\n")
+    proc = fabricjax("topo", "fast.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "no 3200G module" in " ".join(proc.stdout.split())
+
+
 def test_sweep_writes_a_grid_and_refuses_bad_sets(tmp_path):
     (tmp_path / "s.yaml").write_text(TINY)
     proc = fabricjax("sweep", "s.yaml", "--set", "fabric.planes,fabric.port_gbps=1:200G,2:100G",
@@ -64,10 +83,13 @@ def test_analyze_sensitivity_names_the_bottleneck_link(tmp_path):
 def test_plot_writes_figures_and_refuses_a_file(tmp_path):
     (tmp_path / "s.yaml").write_text(TINY)
     proc = fabricjax("analyze", "s.yaml", "--plot", "figs", "-q", "-p", "spray", "-p", "mrc",
-                     cwd=tmp_path)
+                     "--json", "r.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     names = sorted(p.name for p in (tmp_path / "figs").iterdir())
-    assert names == ["completion.png", "mrc_trace.png", "utilisation_cdf.png"]
+    # mrc's convergence only when it iterated (a one-point trace is not a figure)
+    iterated = any(r["iterations"] for r in json.loads((tmp_path / "r.json").read_text())[
+        "results"] if r["policy"] == "mrc")
+    assert names == ["completion.png"] + ["mrc_trace.png"] * iterated + ["utilisation_cdf.png"]
     assert all((tmp_path / "figs" / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
     (tmp_path / "afile").write_text("x")
     proc = fabricjax("sweep", "s.yaml", "--set", "seed=1,2", "--plot", "afile", cwd=tmp_path)

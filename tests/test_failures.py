@@ -960,7 +960,7 @@ def test_transient_accounting_per_policy(world):
 
     def records(policy, **failures):
         s = scenario({**STALL, **failures}, policies=["ecmp", "spray"])
-        return failure_set_records(policy, collective, [res], fabric, s, batch, ideal,
+        return failure_set_records(policy, collective, [res], fabric, s, batch, ideal, ideal,
                                    get(policy).reaction_window_s(s.failures))
 
     for policy in ("ecmp", "spray"):

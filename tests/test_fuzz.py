@@ -11,7 +11,7 @@ Layers:
 - quick (the normal suite): in-process through typer's CliRunner, derandomized. Valid files
   are analysed only on a small pool of precompiled shapes with `--policy ecmp|spray`; any other
   valid file runs `topo` (the same loader) so that the subset stays well under a minute.
-- subprocess: a few generated cases through `python -m cli.main` (the real exit path of
+- subprocess: a few generated cases through `python -m fabricjax_cli.main` (the real exit path of
   `main()`) under a timeout; the bomb reproducers also under an address-space cap.
 - long: the same properties with many examples, fresh draws each run, valid files analysed
   up to an estimated cost (a 131,072-GPU ecmp permutation included); the subprocess layer
@@ -876,7 +876,7 @@ _RUNNER = CliRunner()
 
 
 def _invoke_in_process(args: list[str], limit: float) -> Outcome:
-    from cli.main import app
+    from fabricjax_cli.main import app
 
     start = time.perf_counter()
     try:
@@ -903,16 +903,16 @@ def _subprocess_env() -> dict:
     return env
 
 
-# `python -m cli.main ARGS`, optionally under an address-space cap set in the child itself (a
+# `python -m fabricjax_cli.main ARGS`, optionally under an address-space cap set in the child itself (a
 # preexec_fn would fork the multithreaded test process).
 _CAPPED = ("import resource, runpy, sys; cap = int(sys.argv.pop(1)); "
            "resource.setrlimit(resource.RLIMIT_AS, (cap, cap)); "
-           "runpy.run_module('cli.main', run_name='__main__', alter_sys=True)")
+           "runpy.run_module('fabricjax_cli.main', run_name='__main__', alter_sys=True)")
 
 
 def _command(args: list[str], memory: int | None) -> list[str]:
     if memory is None:
-        return [sys.executable, "-m", "cli.main", *args]
+        return [sys.executable, "-m", "fabricjax_cli.main", *args]
     return [sys.executable, "-c", _CAPPED, str(memory), *args]
 
 

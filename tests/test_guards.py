@@ -79,7 +79,7 @@ def test_optimal_caps_a_flow_that_lost_a_plane():
 
 def _cli(*args, cwd):
     env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "fabricjax_cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

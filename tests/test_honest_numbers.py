@@ -232,7 +232,9 @@ def check_records(report) -> None:
             assert (rec[key] is None) == (rec["completion_s"] is None), (where, key, rec)
             if rec[key] is not None:
                 positive_finite(rec[key], f"{where}: {key}")
-        positive_finite(rec["ideal_s"], f"{where}: ideal_s")
+        for key in ("line_rate_s", "endpoint_bound_s"):
+            positive_finite(rec[key], f"{where}: {key}")
+        assert rec["endpoint_bound_s"] >= rec["line_rate_s"] * (1 - 1e-6), (where, rec)
 
 
 def check_failures(report) -> None:

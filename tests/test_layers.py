@@ -185,7 +185,7 @@ def test_report_never_imports_jax():
 @pytest.mark.parametrize("scenario", ["quickstart.yaml", "fat-tree-3tier.yaml"])
 def test_topo_never_imports_jax(scenario):
     proc = _without_jax(
-        "import sys\nfrom cli.main import app\n"
+        "import sys\nfrom fabricjax_cli.main import app\n"
         f"try:\n    app(['topo', 'scenarios/{scenario}'])\nexcept SystemExit as exit:\n"
         "    assert not exit.code, exit.code\n")
     assert proc.returncode == 0, proc.stderr + proc.stdout

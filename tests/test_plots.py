@@ -61,6 +61,16 @@ def report():
     return analyze(scenario, trace=True)
 
 
+@pytest.fixture(scope="module")
+def traced(report):
+    """The tiny analysis with an mrc that iterated: on 32 GPUs its initial slots are already
+    balanced (zero iterations, a one-point trace), so the trace here is made up: 1.5 at the
+    start, the best 1.0 at iteration 2."""
+    return dataclasses.replace(report, records=[
+        dataclasses.replace(r, trace=[1.5, 1.25, 1.0, 1.25], iterations=3)
+        if r.policy == "mrc" else r for r in report.records])
+
+
 def sharing_rows() -> list[SharingRow]:
     rows = []
     for policy in POLICIES:
@@ -94,9 +104,9 @@ def visible_axes(fig: Figure) -> list:
 
 # --------------------------------------------------------------------------- report figures
 
-def test_write_plots_writes_every_report_figure(report, tmp_path):
+def test_write_plots_writes_every_report_figure(traced, tmp_path):
     folder = tmp_path / "nested" / "plots"          # created on demand
-    full = dataclasses.replace(report, sharing=sharing_rows())
+    full = dataclasses.replace(traced, sharing=sharing_rows())
     paths = plots.write_plots(full, folder)
     names = ["utilisation_cdf.png", "completion.png", "mrc_trace.png", "sharing.png"]
     assert [p.name for p in paths] == names
@@ -130,7 +140,7 @@ def test_policies_keep_their_colours_across_figures(report, tmp_path, figures):
     cdf, completion = figures
     lines = [line for ax in cdf.axes for line in ax.get_lines()
              if line.get_label().split(" ")[0] in POLICIES]
-    assert len(lines) == len(POLICIES) * len(TINY_WORKLOAD)
+    assert len(lines) == len(POLICIES) * len(plots.cdf_panels(report))
     for line in lines:
         policy = line.get_label().split(" ")[0]
         assert matplotlib.colors.same_color(line.get_color(), plots.POLICY_COLOURS[policy])
@@ -141,6 +151,25 @@ def test_policies_keep_their_colours_across_figures(report, tmp_path, figures):
             assert matplotlib.colors.same_color(bar.get_facecolor(),
                                                 plots.POLICY_COLOURS[policy])
     assert any("\n×" in t for t in texts(completion))    # value and slowdown labels
+
+
+def test_completion_names_line_rate_and_endpoint_bound(report, tmp_path, figures):
+    """An incast: 32x slower than line rate, but the fabric adds nothing over the receiver's
+    NIC. The bars say both (x32.00, fabric x1.00) and the legend names both reference lines;
+    nothing calls the endpoint bound 'ideal' or 'no contention' any more."""
+    records = [dataclasses.replace(r, endpoint_bound_s=r.completion_s,
+                                   line_rate_s=r.completion_s / 32, slowdown=32.0,
+                                   fabric_slowdown=1.0) for r in report.records]
+    plots.plot_completion(dataclasses.replace(report, records=records, failures=None),
+                          tmp_path / "completion.png")
+    (fig,) = figures
+    words = "\n".join(texts(fig))
+    assert "×32.00\nfabric ×1.00" in words
+    assert "line rate: every flow at its NIC rate" in words
+    assert "endpoint bound: NICs shared" in words
+    assert "ideal" not in words and "no contention" not in words
+    styles = {line.get_linestyle() for ax in visible_axes(fig) for line in ax.get_lines()}
+    assert {":", "-."} <= styles
 
 
 def test_stalled_completion_is_drawn_not_dropped(report, tmp_path, figures):
@@ -179,22 +208,56 @@ def test_utilisation_cdf_goes_log_only_for_a_tail_of_10x_capacity(report, tmp_pa
     plots.plot_utilisation_cdf(dataclasses.replace(report, records=records),
                                tmp_path / "cdf.png")
     (fig,) = figures
-    linear, log = visible_axes(fig)
-    assert (linear.get_xscale(), log.get_xscale()) == ("linear", "log")
+    linear, zoom, log = visible_axes(fig)      # the permutation's ECMP tail adds a zoom
+    assert [ax.get_xscale() for ax in (linear, zoom, log)] == ["linear", "linear", "log"]
     drawn = next(line for line in log.get_lines() if line.get_label().startswith("ecmp"))
     assert min(drawn.get_xdata()) == pytest.approx(0.25)
 
 
-def test_mrc_trace_shows_every_iteration_and_spraying(report, tmp_path, figures):
-    plots.plot_mrc_trace(report, tmp_path / "mrc_trace.png")
+def test_utilisation_cdf_zooms_beside_a_far_ecmp_tail(report, tmp_path, figures):
+    """The tiny permutation has ECMP at P100 4.0 beside spraying at 1.0: on one linear axis to
+    4.2 the spraying curves are a single vertical line. A second panel beside it zooms to the
+    others' range and says which policy runs on past its edge; both share the y axis."""
+    p100 = {r.policy: r.p100_utilisation for r in report.records
+            if r.workload == "permutation"}
+    assert p100["ecmp"] >= plots.ZOOM_ABOVE * max(p100["spray"], p100["mrc"])
+    assert plots.cdf_panels(report)[:2] == [("permutation", None),
+                                           ("permutation", pytest.approx(1.1))]
+    plots.plot_utilisation_cdf(report, tmp_path / "cdf.png")
     (fig,) = figures
-    traced = [r for r in report.records if r.policy == "mrc"]
-    for ax, record in zip(visible_axes(fig), traced):
+    whole, zoom = visible_axes(fig)[:2]
+    assert whole.get_xlim()[1] > 4.0 and zoom.get_xlim() == pytest.approx((0.0, 1.1))
+    assert "ecmp runs on" in zoom.get_title()
+    assert zoom.get_shared_y_axes().joined(whole, zoom)
+    # policies within 2x of each other keep one panel
+    close = dataclasses.replace(report, records=[
+        dataclasses.replace(r, p100_utilisation=1.5) if r.policy == "ecmp" else r
+        for r in report.records])
+    assert [zoom for _, zoom in plots.cdf_panels(close)] == [None, None]
+
+
+def test_mrc_trace_shows_every_iteration_and_spraying(traced, tmp_path, figures):
+    plots.plot_mrc_trace(traced, tmp_path / "mrc_trace.png")
+    (fig,) = figures
+    records = [r for r in traced.records if r.policy == "mrc"]
+    panels = visible_axes(fig)
+    assert len(panels) == len(records)
+    # side by side on one y scale
+    assert len({ax.get_ylim() for ax in panels}) == 1
+    for ax, record in zip(panels, records):
         mrc = next(line for line in ax.get_lines() if line.get_label().startswith("mrc"))
         assert list(mrc.get_ydata()) == pytest.approx(record.trace)
         spray = next(line for line in ax.get_lines() if line.get_label().startswith("spray"))
         assert spray.get_linestyle() == "--"
         assert matplotlib.colors.same_color(spray.get_color(), plots.POLICY_COLOURS["spray"])
+
+
+def test_no_mrc_trace_figure_when_mrc_ran_zero_iterations(report, tmp_path):
+    """The real tiny mrc is balanced at the start: a one-point trace, nothing to draw (before,
+    an empty panel with a lone star)."""
+    assert {len(r.trace) for r in report.records if r.policy == "mrc"} == {1}
+    assert plots.plot_mrc_trace(report, tmp_path / "mrc_trace.png") is None
+    assert not any(tmp_path.iterdir())
 
 
 def test_failed_render_leaves_the_old_file_and_no_temp(report, tmp_path, monkeypatch):
@@ -229,7 +292,8 @@ def sweep_rows() -> list[dict]:
                                  "policy": policy, "workload": workload,
                                  "p100_utilisation": p100, "completion_s": completion,
                                  "busbw_gbps": None,
-                                 "slowdown": None if stalled else max(1.0, p100)})
+                                 "slowdown": None if stalled else max(1.0, p100),
+                                 "fabric_slowdown": None if stalled else max(1.0, p100)})
     return rows
 
 
@@ -263,8 +327,25 @@ def test_sweep_categorical_x_and_linked_axes(tmp_path, figures):
     assert_png(path)
     (fig,) = figures
     (ax,) = visible_axes(fig)
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["1MiB", "64MiB", "1GiB"]
+    # each x names every field that moved with it
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1MiB\n100", "64MiB\n200",
+                                                           "1GiB\n400"]
     assert len([line for line in ax.get_lines() if line.get_label() != "capacity"]) >= 2
+    # a zipped sweep names every field that moved (before: only the first)
+    assert ax.get_xlabel() == "workload[0].size\nfabric.port_gbps"
+    assert "sweep over workload[0].size + fabric.port_gbps" in fig.get_suptitle()
+
+
+def test_sweep_panels_of_like_scale_share_the_y_axis(tmp_path, figures):
+    """P100 panels (1.3 to 6) share one y range and one label; completion panels 1000x apart
+    keep their own (see test_sweep_curves_one_panel_per_other_axis)."""
+    plots.plot_sweep(sweep_rows(), ["fabric.planes", "workload[0].size"],
+                     tmp_path / "sweep.png", metric="p100_utilisation")
+    (fig,) = figures
+    left, right = visible_axes(fig)
+    assert left.get_shared_y_axes().joined(left, right)
+    assert left.get_ylim() == right.get_ylim()
+    assert right.get_ylabel() == ""
 
 
 def test_write_plots_sweep_figures_per_metric(tmp_path):
@@ -273,7 +354,7 @@ def test_write_plots_sweep_figures_per_metric(tmp_path):
                                                    ["fabric.planes", "workload[0].size"]))
     # busbw is None on every row: no figure for it
     assert [p.name for p in paths] == ["sweep_p100_utilisation.png", "sweep_completion_s.png",
-                                       "sweep_slowdown.png"]
+                                       "sweep_slowdown.png", "sweep_fabric_slowdown.png"]
     for path in paths:
         assert_png(path)
     assert no_temp_files(folder)

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from cli.main import app
+from fabricjax_cli.main import app
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.registry import register, unregister
 from fabricjax.engine.phase import solve_policy_phase
@@ -102,7 +102,7 @@ class FirstLive(Policy):
         return Slots(*stored_spray_slots(routes))
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
-              settings, tier_bounds) -> Reaction:
+              settings, layout) -> Reaction:
         links = routes.slot_links(plane, choice)
         live = jnp.all(jnp.concatenate([alive, jnp.array([True])])[links], axis=-1)
         first = jax.nn.one_hot(jnp.argmax(live, axis=1), choice.shape[1], dtype=jnp.float32)

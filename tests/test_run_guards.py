@@ -107,7 +107,7 @@ def test_cli_refuses_before_computing_and_writes_nothing(tmp_path):
     (["--max-memory", "-4MB"], ["--max-memory"]),
     (["--device", "tpu"], ["--device", "allowed: cpu, gpu"]),
     (["--chunk", "4"], ["--chunk", "no `failures` section"]),
-    (["--chunk", "0"], ["failures.chunk"]),
+    (["--chunk", "0"], ["--chunk", "greater than or equal to 1"]),
 ])
 def test_run_options_are_checked(tmp_path, args, fragments):
     (tmp_path / "s.yaml").write_text(FAILING if args[0] == "--chunk" and args[1] == "0" else
@@ -178,7 +178,7 @@ def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
         "policies: [ecmp, spray, mrc, optimal]", "policies: [spray]")
     (tmp_path / "f.yaml").write_text(text)
     (tmp_path / "keep.json").write_text("{}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "analyze", "f.yaml", "--json",
+    proc = subprocess.Popen([sys.executable, "-m", "fabricjax_cli.main", "analyze", "f.yaml", "--json",
                              "keep.json"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     # ~10 s in, the run is past JAX's start, drawing or solving the 400,000 failure sets
@@ -203,7 +203,7 @@ AUDIT = textwrap.dedent("""\
         if event == "open" and isinstance(args[0], str):
             opened.append(args[0])
     sys.addaudithook(hook)
-    from cli.main import main
+    from fabricjax_cli.main import main
     sys.argv = ["fabricjax", *sys.argv[1:]]
     try:
         main()

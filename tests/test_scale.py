@@ -171,13 +171,13 @@ def test_distributed_run_over_two_processes_matches_one(tmp_path):
     (tmp_path / "d.yaml").write_text(DIST_SCENARIO)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
     env.pop("XLA_FLAGS", None)
-    single = subprocess.run([sys.executable, "-m", "cli.main", "analyze", "d.yaml", "-q",
+    single = subprocess.run([sys.executable, "-m", "fabricjax_cli.main", "analyze", "d.yaml", "-q",
                              "--json", "one.json"], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=600)
     assert single.returncode == 0, single.stderr[-2000:]
     port = _free_port()
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "analyze", "d.yaml", "-q", "--distributed", "--json",
+        [sys.executable, "-m", "fabricjax_cli.main", "analyze", "d.yaml", "-q", "--distributed", "--json",
          "two.json"], cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=dict(env, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
                  JAX_PROCESS_ID=str(i))) for i in range(2)]

@@ -190,6 +190,7 @@ def _fake_report(scenario, failures: bool):
     records = [SimpleNamespace(policy=p, workload=w, gpus=32, p100_utilisation=2.0,
                                p99_utilisation=1.5, completion_s=None if p == "spray" else 1e-3,
                                slowdown=None if p == "spray" else 2.0,
+                               fabric_slowdown=None if p == "spray" else 2.0,
                                busbw_gbps=None if p == "spray" else 50.0,
                                status="ok" if p == "ecmp" else "stalled")
                for p in scenario.policies for w in ("perm", "ring")]
@@ -260,7 +261,8 @@ def test_tiny_sweep_rows_match_analyze_on_the_point(base, tmp_path):
     assert sizes["4MB"] == pytest.approx(4 * sizes["1MB"], rel=1e-3)  # really swept
 
     headers, table = sweep_table_rows(result)
-    assert headers[:4] == ["workload[0].size", "seed", "policy", "workload"]
+    # swept fields by their last component (the table's caption names them in full)
+    assert headers[:4] == ["size", "seed", "policy", "workload"]
     assert len(table) == len(result.rows) and all(len(r) == len(headers) for r in table)
     assert all(isinstance(c, str) for r in table for c in r)
     _check_files(result, tmp_path)

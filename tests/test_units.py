@@ -25,8 +25,12 @@ from fabricjax.core.units import format_bytes, format_seconds, parse_rate_gbps, 
         ("4MB", 4e6),
         ("256MiB", 256 * 2**20),
         ("1KiB", 1024),
-        ("1kb", 1e3),
-        ("4mb", 4e6),
+        ("1kB", 1e3),
+        ("4Mb", 5e5),          # b is a bit: 4 megabits are half a megabyte
+        ("4Mbit", 5e5),
+        ("1Gb", 1.25e8),
+        ("8b", 1.0),
+        ("3 bytes", 3.0),
         ("1TB", 1e12),
         ("2TiB", 2 * 2**40),
         ("1.5GB", 1.5e9),
@@ -44,6 +48,22 @@ def test_parse_size_good(text, expected):
     value = parse_size(text)
     assert isinstance(value, float)
     assert value == expected
+
+
+@pytest.mark.parametrize("text", ["4mb", "1kb", "2gb", "1tb", "4mib"])
+def test_all_lowercase_sizes_are_ambiguous_and_say_both_readings(text):
+    """`4mb` is 4 MB to some and 4 megabits to others: refused, naming both spellings."""
+    with pytest.raises(ValueError) as info:
+        parse_size(text)
+    message = str(info.value)
+    assert "ambiguous" in message and "bytes" in message and "bits" in message
+
+
+@pytest.mark.parametrize(("text", "gbps"), [
+    ("100Gb", 100.0), ("100Gbit", 100.0), ("100 Gb/s", 100.0), ("100 Gbit/s", 100.0),
+    ("800Gbps", 800.0), ("450 GB/s", 3600.0), ("450GBps", 3600.0), ("400M", 0.4)])
+def test_rates_as_engineers_write_them(text, gbps):
+    assert parse_rate_gbps(text) == pytest.approx(gbps)
 
 
 def test_parse_size_large_counts_stay_exact():
@@ -154,7 +174,9 @@ def test_parsers_return_positive_finite_or_value_error(value):
 
 def test_format_bytes():
     assert format_bytes(2**30) == "1 GiB"
-    assert format_bytes(4e6) == "3.815 MiB"
+    assert format_bytes(4e6) == "4 MB"              # the unit the user wrote, not 3.815 MiB
+    assert format_bytes(4 * 2**20) == "4 MiB" and format_bytes(1.5e9) == "1.5 GB"
+    assert format_bytes(3_000_001) == "2.861 MiB"   # neither round: binary, 4 digits
     assert format_bytes(512) == "512 B"
 
 

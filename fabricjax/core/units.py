@@ -1,8 +1,13 @@
-"""Parsing of human-written sizes (bytes) and rates (Gbit/s).
+"""Parsing of human-written sizes (bytes) and rates (Gbit/s), as network engineers write them.
 
-Sizes: an integer number of bytes, or a number with a unit: B, KB/MB/GB/TB (powers of 1000),
-KiB/MiB/GiB/TiB (powers of 1024). Rates: a number in Gbit/s, or a number with a unit:
-M/G/T, optionally followed by ``bps`` or ``b/s`` (``100G``, ``800Gbps``, ``1.6T``).
+Sizes: a number of bytes, or a number with a unit. `B` is a byte and `b` a bit: B, kB/KB, MB,
+GB, TB, PB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024); b or bit, Kb/kbit, Mb/Mbit,
+Gb/Gbit, Tb/Tbit (bits: / 8); `byte` and `bytes` spelled out too. An all-lowercase unit such
+as `mb` or `gb` is refused as ambiguous (the error shows both readings).
+Rates: a number in Gbit/s, or a number with a unit: M/G/T, optionally followed by `b`, `bit`,
+`bps`, `b/s` or `bit/s` (`100G`, `100Gb`, `100Gbit`, `100 Gb/s`, `800Gbps`, `1.6T`), or bytes
+per second, `B/s` or `Bps` (`450 GB/s` is 3,600 Gbit/s, as NVLink is quoted). A byte unit
+without `/s` (`100GB`) is a size, not a rate, and is refused.
 """
 
 from __future__ import annotations
@@ -15,19 +20,23 @@ import yaml
 
 from fabricjax.core.errors import short_repr
 
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-_RATE_UNITS = {"": 1.0, "m": 1e-3, "g": 1.0, "t": 1e3}
-
+_DECIMAL = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+_BINARY = {"": 1, "K": 2**10, "k": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
-_SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*([a-zA-Z]*)\s*$")
-_RATE_RE = re.compile(rf"^\s*{_NUMBER}\s*([mMgGtT]?)(?:bps|b/s|bit/s)?\s*$")
+_QUANTITY_RE = re.compile(rf"^\s*{_NUMBER}\s*(\S*(?:\s*/\s*s)?)\s*$")
+# a size unit: prefix, binary "i", then B / byte(s) for bytes or b / bit(s) for bits
+_SIZE_UNIT_RE = re.compile(r"^(?P<prefix>[kKMGTP]?)(?P<binary>i?)"
+                           r"(?P<kind>B|bytes?|b|bits?)$")
+# a rate unit: prefix, then nothing, a bit unit (optionally per second) or bytes per second
+_RATE_UNIT_RE = re.compile(r"^(?P<prefix>[mMkKgGtT]?)(?:(?P<bits>b|bit|bits)?(?P<per>ps|/s)?|"
+                           r"(?P<bytes>B)(?P<bytes_per>ps|/s))$")
+_RATE_PREFIX = {"": 1.0, "m": 1e-3, "M": 1e-3, "k": 1e-6, "K": 1e-6, "g": 1.0, "G": 1.0,
+                "t": 1e3, "T": 1e3}
 
-SIZE_HELP = "a byte count such as 1048576, '4MB', '256MiB' or '1GiB'"
-RATE_HELP = "a rate in Gbit/s such as 100, '100G', '800Gbps' or '1.6T'"
+SIZE_HELP = ("a size such as 1048576 (bytes), '4MB', '256MiB', '1GiB' or '4Mb' (B: bytes, "
+             "b or bit: bits)")
+RATE_HELP = ("a rate in Gbit/s such as 100, '100G', '100Gb/s', '800Gbps', '1.6T' or "
+             "'450GB/s' (bytes per second)")
 
 
 def _to_float(value: int | float) -> float:
@@ -38,42 +47,96 @@ def _to_float(value: int | float) -> float:
         return math.inf
 
 
-def _parse_quantity(value: object, pattern: re.Pattern, units: dict, what: str,
-                    help_text: str) -> float:
-    """A positive finite number, or number-with-unit text matched by `pattern` (group 1 the
-    number, group 2 the unit, looked up case-insensitively in `units`)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected {help_text}, got {value!r}")
-    if isinstance(value, (int, float)):
-        number = _to_float(value)
-    elif isinstance(value, str):
-        match = pattern.match(value)
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in units:
-            raise ValueError(f"expected {help_text}, got {value!r}")
-        number = float(match.group(1)) * units[unit]
-    else:
-        raise ValueError(f"expected {help_text}, got {value!r}")
+def _checked(number: float, value: object, what: str, help_text: str) -> float:
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"must be a positive {what} ({help_text}), got {_short(value)}")
     return number
 
 
+def _split(value: object, help_text: str) -> tuple[float, str] | float:
+    """A number (int or float) as it is, or (number, unit text) of a string."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected {help_text}, got {value!r}")
+    if not isinstance(value, str):
+        return _to_float(value)
+    match = _QUANTITY_RE.match(value)
+    if match is None:
+        raise ValueError(f"expected {help_text}, got {value!r}")
+    return float(match.group(1)), re.sub(r"\s+", "", match.group(2))
+
+
 def parse_size(value: object) -> float:
     """Bytes as a float (byte counts above 2^31 must not pass through int32)."""
-    return _parse_quantity(value, _SIZE_RE, _SIZE_UNITS, "size", SIZE_HELP)
+    parts = _split(value, SIZE_HELP)
+    if isinstance(parts, float):
+        return _checked(parts, value, "size", SIZE_HELP)
+    number, unit = parts
+    if unit == "":
+        return _checked(number, value, "size", SIZE_HELP)
+    match = _SIZE_UNIT_RE.match(unit)
+    if match is None or (match["prefix"] == "k" and match["kind"] == "b"):
+        # all lowercase (4mb, 1gb, 2kb): bytes to some, bits to the SI; say both
+        if unit in ("kb", "mb", "gb", "tb", "pb", "kib", "mib", "gib", "tib"):
+            byte_unit = unit[0].upper() + unit[1:-1] + "B"
+            number = match_number(value)
+            raise ValueError(f"{value!r} is ambiguous: write {number}{byte_unit} for bytes or "
+                             f"{number}{byte_unit[:-1]}b / {number}{byte_unit[:-1]}bit for bits")
+        raise ValueError(f"expected {SIZE_HELP}, got {value!r}")
+    if match["binary"] and not match["prefix"]:
+        raise ValueError(f"expected {SIZE_HELP}, got {value!r}")
+    scale = (_BINARY if match["binary"] else _DECIMAL)[match["prefix"]]
+    bits = match["kind"] in ("b", "bit", "bits")
+    return _checked(number * scale / (8 if bits else 1), value, "size", SIZE_HELP)
+
+
+def match_number(value: object) -> str:
+    """The number part of a size or rate as the user wrote it."""
+    match = _QUANTITY_RE.match(str(value))
+    return match.group(1) if match else str(value)
 
 
 def parse_rate_gbps(value: object) -> float:
     """Gbit/s as a float."""
-    return _parse_quantity(value, _RATE_RE, _RATE_UNITS, "rate", RATE_HELP)
+    parts = _split(value, RATE_HELP)
+    if isinstance(parts, float):
+        return _checked(parts, value, "rate", RATE_HELP)
+    number, unit = parts
+    match = _RATE_UNIT_RE.match(unit)
+    if match is None:
+        if re.match(r"^[mMkKgGtT]?(B|bytes?)$", unit):
+            raise ValueError(f"{value!r} is a size, not a rate; write "
+                             f"{match_number(value)}{unit[:-1] if unit.endswith('B') else ''}"
+                             f"b/s for bits per second or {match_number(value)}"
+                             f"{unit}/s for bytes per second ({RATE_HELP})")
+        raise ValueError(f"expected {RATE_HELP}, got {value!r}")
+    scale = _RATE_PREFIX[match["prefix"]]
+    if match["bytes"]:
+        scale *= 8
+    return _checked(number * scale, value, "rate", RATE_HELP)
 
 
 def _short(value: object) -> str:
     return short_repr(value, 40)
 
 
+def _round_in(num_bytes: float, scale: float) -> bool:
+    """Whether `num_bytes` is at least one `scale` and a number of them that four significant
+    digits show exactly (4 MB is; 4 MiB is not a round number of MB: 4.194304)."""
+    value = num_bytes / scale
+    return value >= 1 and abs(float(f"{value:.4g}") - value) <= 1e-12 * value
+
+
 def format_bytes(num_bytes: float) -> str:
+    """A size in the unit family the user most likely wrote it in: decimal (4 MB) when it is
+    a round number of powers of 1000, binary (4 MiB) when of powers of 1024, binary with four
+    significant digits otherwise."""
+    for (dec, dec_scale), (binary, bin_scale) in (
+            (("TB", 1e12), ("TiB", 2**40)), (("GB", 1e9), ("GiB", 2**30)),
+            (("MB", 1e6), ("MiB", 2**20)), (("kB", 1e3), ("KiB", 2**10))):
+        if _round_in(num_bytes, bin_scale):
+            return f"{num_bytes / bin_scale:.4g} {binary}"
+        if _round_in(num_bytes, dec_scale):
+            return f"{num_bytes / dec_scale:.4g} {dec}"
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if num_bytes >= scale:
             return f"{num_bytes / scale:.4g} {unit}"

@@ -69,13 +69,15 @@ class SetOutcome(NamedTuple):
 
 
 def _one_set(policy: Policy, routes, phase, plane, choice, state, options, key_data, common,
-             item, *, settings, tier_bounds, top_k, slowest_only, num_nodes) -> SetOutcome:
+             item, *, settings, layout, tier_bounds, top_k, slowest_only, num_nodes
+             ) -> SetOutcome:
     alive, capacity = failure_mask(common["link_src"], common["link_dst"], common["capacity"],
                                    *item, num_nodes=num_nodes)
     sending = phase.size > 0
     reaction, result = phase_core(policy, routes, phase, plane, choice, state, alive, capacity,
                                   key_data, options, common["eps"], common["max_rounds"],
-                                  settings=settings, tier_bounds=tier_bounds, top_k=top_k,
+                                  settings=settings, layout=layout, tier_bounds=tier_bounds,
+                                  top_k=top_k,
                                   slowest_only=slowest_only, p100_only=True)
     if policy.transient:
         # a flow whose pre-failure slots cross a dead link lost bytes there until it reacts
@@ -100,10 +102,11 @@ def _one_set(policy: Policy, routes, phase, plane, choice, state, options, key_d
 
 
 @functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("settings", "tier_bounds", "top_k", "slowest_only",
+                   static_argnames=("settings", "layout", "tier_bounds", "top_k",
+                                    "slowest_only",
                                     "num_nodes", "vmap_width", "mesh"))
 def solve_failure_chunk(policy: Policy, routes, phase, plane, choice, state, options, key_data,
-                        common: dict, chunk, *, settings, tier_bounds, top_k,
+                        common: dict, chunk, *, settings, layout, tier_bounds, top_k,
                         slowest_only=False, num_nodes: int, vmap_width=1,
                         mesh=None) -> SetOutcome:
     """`policy`'s steady state and transient exposure for every failure set of `chunk`
@@ -119,7 +122,8 @@ def solve_failure_chunk(policy: Policy, routes, phase, plane, choice, state, opt
     another, so a set's outcome does not depend on the device count."""
     def run(fixed, sets):
         one = functools.partial(_one_set, policy, *fixed, settings=settings,
-                                tier_bounds=tier_bounds, top_k=top_k, slowest_only=slowest_only,
+                                layout=layout, tier_bounds=tier_bounds, top_k=top_k,
+                                slowest_only=slowest_only,
                                 num_nodes=num_nodes)
         if vmap_width <= 1:
             return jax.lax.map(one, sets)
@@ -178,7 +182,8 @@ def run_chunk(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flows,
     device): device arrays with a leading [C] axis."""
     pol = get(policy)
     return solve_failure_chunk(
-        pol, *inputs, chunk, settings=pol.settings(scenario), tier_bounds=fabric.tier_bounds,
+        pol, *inputs, chunk, settings=pol.settings(scenario), layout=fabric.layout_bounds,
+        tier_bounds=fabric.tier_bounds,
         top_k=min(TOP_LINKS, fabric.num_links), slowest_only=slowest_only(scenario, flows),
         num_nodes=fabric.num_nodes, vmap_width=vmap_width, mesh=mesh)
 

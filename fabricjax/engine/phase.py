@@ -51,21 +51,45 @@ def offered_demand(flows: Flows, nic_gbps: float | np.ndarray, num_gpus: int) ->
     return (nic / out_degree[flows.src]).astype(np.float32)
 
 
-def ideal_time_s(flows: Flows, nic_gbps: float | np.ndarray) -> float:
-    """A phase without contention in the fabric: each flow at the smaller of its sender's and
-    its receiver's fair share of the NIC (an incast is bound by the receiver), from its start."""
+def _busiest_nic_s(gpu: np.ndarray, seconds: np.ndarray, begin: np.ndarray) -> float:
+    """When the busiest NIC is done: each GPU's flows (`seconds` of line rate each, from
+    `begin`) back to back through one NIC, work-conserving. A NIC finishes at max over its
+    flows k of begin_k + (seconds of its flows beginning at or after begin_k)."""
+    order = np.lexsort((-begin, gpu))          # per GPU, latest start first
+    gpu, begin, seconds = gpu[order], begin[order], seconds[order]
+    total = np.cumsum(seconds)
+    first = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1]])
+    before = np.repeat(total[first] - seconds[first], np.diff(np.r_[first, gpu.size]))
+    return float(np.max(begin + total - before))
+
+
+def _nic_times(flows: Flows, nic_gbps: float | np.ndarray, side: str) -> float:
     sending = flows.size > 0
     if not np.any(sending):
         return 0.0
-    out_degree = np.bincount(flows.src[sending])
-    in_degree = np.bincount(flows.dst[sending])
-    src, dst = flows.src[sending], flows.dst[sending]
-    if np.ndim(nic_gbps):
-        rate = np.minimum(nic_gbps[src] / out_degree[src], nic_gbps[dst] / in_degree[dst])
-    else:
-        rate = nic_gbps / np.maximum(out_degree[src], in_degree[dst])
-    begin = 0.0 if flows.start is None else flows.start[sending]
-    return float(np.max(begin + flows.size[sending] * 8e-9 / rate))
+    gpu = (flows.src if side == "src" else flows.dst)[sending]
+    nic = nic_gbps[gpu] if np.ndim(nic_gbps) else nic_gbps
+    begin = (np.zeros(gpu.size) if flows.start is None
+             else np.asarray(flows.start, float)[sending])
+    return _busiest_nic_s(gpu, flows.size[sending] * 8e-9 / nic, begin)
+
+
+def line_rate_time_s(flows: Flows, nic_gbps: float | np.ndarray) -> float:
+    """A phase at line rate: every GPU sends its flows back to back at its full NIC rate
+    (work-conserving: a flow that starts later waits for nothing but the GPU's own bytes) and
+    nothing else contends -- no receiver NIC, no fabric link: the busiest sender's time.
+    Receiver sharing (an incast, hot experts) and the fabric both count against it; see
+    `endpoint_bound_time_s` for the first alone."""
+    return _nic_times(flows, nic_gbps, "src")
+
+
+def endpoint_bound_time_s(flows: Flows, nic_gbps: float | np.ndarray) -> float:
+    """A phase on a perfect network: no fabric link limits it, only the NICs, each of which
+    must send (and receive) its bytes at its line rate -- the busiest NIC's time, sending or
+    receiving (an incast is bound by its receiver, a skewed all-to-all by its hot experts).
+    A true lower bound on the static completion on any fabric (its rates through one NIC sum
+    to at most the NIC rate), so completion / this bound -- the fabric's share -- is >= 1."""
+    return max(_nic_times(flows, nic_gbps, "src"), _nic_times(flows, nic_gbps, "dst"))
 
 
 def nic_rate(fabric: AnyFabric) -> float | np.ndarray:
@@ -75,10 +99,11 @@ def nic_rate(fabric: AnyFabric) -> float | np.ndarray:
 
 
 def with_start_times(result, flows: Flows, nic_gbps: float | np.ndarray):
-    """Host-side times of a phase: the ideal (`ideal_time_s`) and, when flows start at
+    """Host-side times of a phase: the endpoint bound (`endpoint_bound_time_s`, the result's
+    `ideal_time`) and, when flows start at
     different times, the end of the last one, max(start + size / rate) (the static model:
     rates as when all flows are present)."""
-    result = result._replace(ideal_time=np.float32(ideal_time_s(flows, nic_gbps)))
+    result = result._replace(ideal_time=np.float32(endpoint_bound_time_s(flows, nic_gbps)))
     if flows.start is None:
         return result
     sending = (flows.size > 0) & (result.rates > 0)
@@ -154,15 +179,16 @@ def concat_slots(parts: list[Slots]) -> Slots | None:
 
 def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state: dict, alive,
                capacity, key_data, options: dict, eps, max_rounds, *, settings: tuple,
-               tier_bounds, top_k: int, slowest_only: bool = False,
+               layout, tier_bounds, top_k: int, slowest_only: bool = False,
                p100_only: bool = False) -> tuple[Reaction, PhaseResult]:
     """The phase program (traceable): the policy's reaction, its incidence, the evaluation.
     alive bool[L] and capacity float32[L] cover the real links; key_data: raw PRNG key data
     (uint32, so sets and devices can carry it as plain arrays); the keyword arguments are
-    static."""
+    static: `layout` the fabric's four structural link ranges (the policy's), `tier_bounds`
+    the statistics' tiers."""
     key = jax.random.wrap_key_data(key_data)
     reaction = policy.react(routes, phase, plane, choice, state, alive, capacity, key, options,
-                            settings, tier_bounds)
+                            settings, layout)
     links = routes.slot_links(plane, reaction.choice)
     ids, coef = routes.incidence(plane, reaction.choice, links, reaction.weights)
     flow_cap = phase.flow_cap if reaction.carried is None else phase.flow_cap * reaction.carried
@@ -173,7 +199,8 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
 
 
 run_phase = jax.jit(phase_core, static_argnums=0,
-                    static_argnames=("settings", "tier_bounds", "top_k", "slowest_only",
+                    static_argnames=("settings", "layout", "tier_bounds", "top_k",
+                                     "slowest_only",
                                      "p100_only"))
 
 
@@ -249,14 +276,15 @@ def solve_policy_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabr
     routes = device_routes(fabric, args[0], routes_host)
     reaction, result = jax.device_get(run_phase(
         policy, routes, *args, settings=policy.settings(scenario),
-        tier_bounds=fabric.tier_bounds, top_k=min(TOP_LINKS, fabric.num_links),
+        layout=fabric.layout_bounds, tier_bounds=fabric.tier_bounds,
+        top_k=min(TOP_LINKS, fabric.num_links),
         slowest_only=slowest_only(scenario, flows)))
     status = int(reaction.status)
     iterations = int(reaction.iterations) if policy.iterative else None
     outcome = PhaseOutcome(
         with_start_times(result, flows, nic_rate(fabric)), slots=slots.count,
         iterations=iterations,
-        convergence=policy.convergence(status),
+        convergence=policy.convergence(status, int(reaction.iterations)),
         residual=float(reaction.residual) if policy.iterative else None,
         trace=(np.asarray(reaction.trace[: iterations + 1])
                if trace and reaction.trace is not None else None),
@@ -285,7 +313,8 @@ def aggregated_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flow
     out = solve_class_slots(geom, classes, class_slots, plane_slots,
                             offered_class_demand(geom, classes), float(flows.size[0]),
                             fabric.capacity, top_k=min(TOP_LINKS, fabric.num_links))
-    result = out.result._replace(ideal_time=np.float32(ideal_time_s(flows, geom.nic_gbps)))
+    result = out.result._replace(
+        ideal_time=np.float32(endpoint_bound_time_s(flows, geom.nic_gbps)))
     return PhaseOutcome(result, slots=policy.slots_per_flow(scenario),
                         aggregated=out.num_classes)
 

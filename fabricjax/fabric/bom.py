@@ -2,8 +2,9 @@
 
 Contract: `bom(cfg)` counts the two-tier multi-plane Clos that `build_fabric(cfg)` builds
 (exactly: from its `ClosGeometry`), `fat_tree_bom` / `three_tier_fat_tree_bom` count an
-L-tier fat tree of radix-k switches, and both return the same plain dict of integers and
-watts. Host-side arithmetic only (no JAX). Every assumption below is a field of
+L-tier fat tree of radix-k switches (oversubscribed, if at all, at the T0s), and both return
+the same plain dict of integers and watts; `baseline_designs` picks the single-plane fabric
+a designer would compare a multi-plane one with, or says why there is none. Host-side arithmetic only (no JAX). Every assumption below is a field of
 `BomAssumptions`; pass `overrides={"field": value}` to change one.
 
 Counting rules
@@ -51,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from fabricjax.config import FabricConfig
 from fabricjax.core.errors import ScenarioError
@@ -67,6 +68,9 @@ MODULE_GBPS = 800.0
 MODULE_LANES = 8
 HOST_LINKS = "optics"
 COPPER_WATTS_PER_END = 0.0
+# the tallest single-plane tree `baseline_designs` offers: the published comparison needs four
+# (131,072 GPUs on 64 x 800G); nobody builds five when a bigger switch exists
+MAX_BASELINE_TIERS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +108,7 @@ class BomAssumptions:
         watts = {float(k): float(v) for k, v in self.optic_watts.items()}
         if speed not in watts:
             known = ", ".join(f"{k:g}" for k in sorted(watts))
-            raise ScenarioError("overrides.optic_watts", f"no watts for a {speed:g}G module; "
+            raise ScenarioError("bom.optic_watts", f"no watts for a {speed:g}G module; "
                                 f"known speeds: {known} (add {speed:g}: <watts>)")
         return watts[speed]
 
@@ -121,21 +125,21 @@ def assumptions(overrides: Mapping[str, Any] | BomAssumptions | None = None) -> 
     allowed = [f.name for f in dataclasses.fields(BomAssumptions)]
     for key in overrides:
         if key not in allowed:
-            raise ScenarioError(f"overrides.{key}", f"unknown field; allowed: "
+            raise ScenarioError(f"bom.{key}", f"unknown field; allowed: "
                                 f"{', '.join(allowed)}")
     fields = dict(overrides)
     if "optic_watts" in fields:
         fields["optic_watts"] = {**OPTIC_WATTS, **{float(k): float(v) for k, v in
                                                    fields["optic_watts"].items()}}
     if fields.get("host_links", HOST_LINKS) not in ("copper", "optics"):
-        raise ScenarioError("overrides.host_links", f"allowed: copper, optics "
+        raise ScenarioError("bom.host_links", f"allowed: copper, optics "
                             f"(got {fields['host_links']!r})")
     for key in ("switch_watts_51t", "switch_watts", "copper_watts_per_end"):
         if fields.get(key) is not None and not fields[key] >= 0:
-            raise ScenarioError(f"overrides.{key}", f"must be >= 0 (got {fields[key]!r})")
+            raise ScenarioError(f"bom.{key}", f"must be >= 0 (got {fields[key]!r})")
     for key in ("module_gbps", "module_lanes"):
         if key in fields and not fields[key] >= 1:
-            raise ScenarioError(f"overrides.{key}", f"must be >= 1 (got {fields[key]!r})")
+            raise ScenarioError(f"bom.{key}", f"must be >= 1 (got {fields[key]!r})")
     return dataclasses.replace(DEFAULT_ASSUMPTIONS, **fields)
 
 
@@ -149,7 +153,7 @@ def _switch_modules(groups: list[tuple[int, int]], ppm: int) -> int:
 
 
 def _assemble(*, design: str, gpus: int, gpus_reached: int, planes: int, port_gbps: float,
-              radix: int, tier_switches: dict[str, int], tier_ports: dict[str, int],
+              radix: int, t0_ports: tuple[int, int], tier_switches: dict[str, int], tier_ports: dict[str, int],
               layer_links: dict[str, int], nic_modules: int,
               layer_switch_modules: dict[str, int], a: BomAssumptions) -> dict:
     """The common BOM dict from per-tier and per-layer counts (all planes together)."""
@@ -180,6 +184,7 @@ def _assemble(*, design: str, gpus: int, gpus_reached: int, planes: int, port_gb
         "port_gbps": float(port_gbps),
         "radix": radix,
         "switch_gbps": float(radix * port_gbps),
+        "t0_down_up": list(t0_ports),
         "switches_by_tier": dict(tier_switches),
         "switches_per_plane": {t: n // planes for t, n in tier_switches.items()},
         "switches": switches,
@@ -210,11 +215,28 @@ def _assemble(*, design: str, gpus: int, gpus_reached: int, planes: int, port_gb
     }
 
 
+def t0_ports(radix: int, oversubscription: float = 1.0) -> tuple[int, int]:
+    """(down, up) ports of a T0 of `radix` ports split as near as whole ports allow to
+    `oversubscription` (down:up): up = round(radix / (1 + ratio)), at least 1."""
+    up = max(1, round(radix / (1.0 + oversubscription)))
+    return radix - up, up
+
+
+def ratio_text(down: int, up: int) -> str:
+    """A T0 split as a designer says it: 48 down, 16 up is "3:1"."""
+    common = math.gcd(down, up)
+    return f"{down // common}:{up // common}"
+
+
+def _ratio_name(down: int, up: int) -> str:
+    return "" if down == up else f", {ratio_text(down, up)} at T0"
+
+
 def bom(fabric_cfg: FabricConfig, *, tiers: int | None = None,
         overrides: Mapping[str, Any] | BomAssumptions | None = None) -> dict:
     """Bill of materials of `fabric_cfg`: the two-tier multi-plane Clos that `build_fabric`
-    builds (tiers None or 2), or an L-tier fat tree of the same GPUs, planes, radix and port
-    speed (tiers >= 3, 1:1 only).
+    builds (tiers None or 2), or an L-tier fat tree of the same GPUs, planes, radix, port
+    speed and T0 oversubscription (tiers >= 3).
 
     Two tiers, per plane (N GPUs, D down and U up ports per T0): T0s T = ceil(N/D), spines
     S = U, each T0 linked once to every spine; links N (host-t0) + T*S (t0-t1); switch ports
@@ -222,19 +244,18 @@ def bom(fabric_cfg: FabricConfig, *, tiers: int | None = None,
     ports_per_module)."""
     a = assumptions(overrides)
     if tiers is not None and tiers != 2:
-        if fabric_cfg.oversubscription != 1.0:
-            raise ScenarioError("fabric.oversubscription", f"a {tiers}-tier fat tree is "
-                                f"modelled at 1:1 only (got {fabric_cfg.oversubscription:g})")
         return fat_tree_bom(fabric_cfg.gpus, fabric_cfg.radix, fabric_cfg.port_gbps,
-                            tiers=tiers, planes=fabric_cfg.planes, overrides=a)
+                            tiers=tiers, planes=fabric_cfg.planes,
+                            oversubscription=fabric_cfg.oversubscription, overrides=a)
     g = clos_geometry(fabric_cfg)
     N, P, D, T, S = g.gpus, g.planes, g.gpus_per_t0, g.t0s, g.spines
     ppm = a.ports_per_module(g.port_gbps)
     last = N - (T - 1) * D                       # GPUs under the last (maybe partial) T0
     t0_down = _switch_modules([(T - 1, D), (1, last)], ppm)
     return _assemble(
-        design=f"two-tier {P}-plane Clos", gpus=N, gpus_reached=g.radix * D, planes=P,
-        port_gbps=g.port_gbps, radix=g.radix,
+        design=f"two-tier {P}-plane Clos" + _ratio_name(D, S), gpus=N,
+        gpus_reached=g.radix * D, planes=P, port_gbps=g.port_gbps, radix=g.radix,
+        t0_ports=(D, S),
         tier_switches={"t0": P * T, "t1": P * S},
         tier_ports={"t0": P * (N + T * S), "t1": P * T * S},
         layer_links={"host-t0": P * N, "t0-t1": P * T * S},
@@ -244,26 +265,32 @@ def bom(fabric_cfg: FabricConfig, *, tiers: int | None = None,
         a=a)
 
 
-def fat_tree_reach(radix: int, tiers: int) -> int:
-    """Hosts per plane of a full L-tier fat tree of radix-k switches at 1:1: 2 (k/2)^L."""
-    return 2 * (radix // 2) ** tiers
+def fat_tree_reach(radix: int, tiers: int, oversubscription: float = 1.0) -> int:
+    """Hosts per plane of a full L-tier tree of radix-k switches whose T0s have d ports down
+    (`t0_ports`) and whose upper tiers are 1:1: k (k/2)^(L-2) T0s of d hosts, 2 (k/2)^(L-1) d
+    -- 2 (k/2)^L at 1:1, k d for a two-tier Clos."""
+    down, _ = t0_ports(radix, oversubscription)
+    return 2 * (radix // 2) ** (tiers - 1) * down
 
 
 def fat_tree_bom(gpus: int, radix: int, port_gbps: float, *, tiers: int = 3, planes: int = 1,
+                 oversubscription: float = 1.0,
                  overrides: Mapping[str, Any] | BomAssumptions | None = None) -> dict:
-    """BOM of `planes` identical L-tier fat trees (folded Clos, 1:1) of radix-k switches, each
-    sized to `gpus` hosts (one port per GPU per plane).
+    """BOM of `planes` identical L-tier fat trees (folded Clos) of radix-k switches, each
+    sized to `gpus` hosts (one port per GPU per plane), oversubscribed (if at all) at the T0s
+    only, as a designer would: d ports down and u up per T0 (`t0_ports`), 1:1 above.
 
-    Per plane, h = k/2: every switch below the top has h ports down and h up; tier i < L-1 is
-    made of whole blocks of h^i switches serving h^(i+1) hosts (tier 0: T0s = ceil(G/h);
-    tier 1: whole pods of h T1s, pods = ceil(G/h^2)); the top tier has h^(L-2) groups (one
-    per switch position in a tier L-2 block), each of ceil(B/2) switches for B = ceil(G /
-    h^(L-1)) blocks, since a group takes h links from each block and a top switch has k down.
-    Full size (G = 2 h^L = k^3/4 at L=3): top h^(L-1) = (k/2)^2 core switches, 2 h^(L-1)
-    per lower tier. Below full size the top tier is the fewest switches whose ports take
-    every uplink; wired round robin, that is full bisection when ceil(B/2) divides h (always
-    at full size; checked at 3 tiers by max-flow in the tests), else within a few links of it.
-    Links: G host links; every switch-to-switch layer carries T0s * h links (each tier
+    Per plane, h = k/2: every switch above T0 and below the top has h ports down and h up. A
+    tier-i block (1 <= i <= L-2) serves h^i T0s with u h^(i-1) switches (a pod: h T0s, each
+    linked once to each of its u T1s); T0s = ceil(G/d), tier i = ceil(T0s / h^i) blocks.
+    The top tier has u h^(L-3) groups (one per switch position in a tier L-2 block), each of
+    ceil(B/2) switches for B = ceil(T0s / h^(L-2)) blocks, since a group takes h links from
+    each block and a top switch has k down. Full size at 1:1 (G = 2 h^L = k^3/4 at L=3): top
+    h^(L-1) = (k/2)^2 core switches, 2 h^(L-1) per lower tier. Below full size the top tier
+    is the fewest switches whose ports take every uplink; wired round robin, that is full
+    bisection above the T0s when ceil(B/2) divides h (always at full size; checked at 3
+    tiers by max-flow in the tests), else within a few links of it.
+    Links: G host links; every switch-to-switch layer carries T0s * u links (each tier
     forwards up what enters from below). Switch-side modules: per T0 for the
     host layer, ceil(ports / ports_per_module) per tier side above it."""
     a = assumptions(overrides)
@@ -274,21 +301,23 @@ def fat_tree_bom(gpus: int, radix: int, port_gbps: float, *, tiers: int = 3, pla
                             f"(got {tiers})")
     if gpus < 2:
         raise ScenarioError("gpus", f"must be >= 2 (got {gpus})")
-    reach = fat_tree_reach(radix, tiers)
+    down, uplinks = t0_ports(radix, oversubscription)
+    reach = fat_tree_reach(radix, tiers, oversubscription)
     if gpus > reach:
         raise ScenarioError("gpus", f"{gpus} GPUs exceed what {tiers} tiers of radix {radix} "
-                            f"reach (2 x {radix // 2}^{tiers} = {reach}); use more tiers, a "
-                            f"higher radix or more planes")
+                            f"reach (2 x {radix // 2}^{tiers - 1} x {down} = {reach}); use "
+                            f"more tiers, a higher radix or more planes")
     h = radix // 2
-    t0s = _ceil_div(gpus, h)
-    counts = [t0s] + [_ceil_div(gpus, h ** (i + 1)) * h ** i for i in range(1, tiers - 1)]
-    counts.append(h ** (tiers - 2) * _ceil_div(_ceil_div(gpus, h ** (tiers - 1)), 2))
+    t0s = _ceil_div(gpus, down)
+    counts = [t0s] + [_ceil_div(t0s, h ** i) * uplinks * h ** (i - 1)
+                      for i in range(1, tiers - 1)]
+    counts.append(uplinks * h ** (tiers - 3) * _ceil_div(_ceil_div(t0s, h ** (tiers - 2)), 2))
     names = [f"t{i}" for i in range(tiers)]
     layers = ["host-t0"] + [f"t{i}-t{i + 1}" for i in range(tiers - 1)]
-    up = t0s * h
+    up = t0s * uplinks
     ppm = a.ports_per_module(port_gbps)
-    last = gpus - (t0s - 1) * h
-    switch_modules = {"host-t0": planes * _switch_modules([(t0s - 1, h), (1, last)], ppm)}
+    last = gpus - (t0s - 1) * down
+    switch_modules = {"host-t0": planes * _switch_modules([(t0s - 1, down), (1, last)], ppm)}
     for layer in layers[1:]:
         # both ends of a switch-to-switch layer, rounded up per tier side
         switch_modules[layer] = planes * 2 * _ceil_div(up, ppm)
@@ -296,8 +325,9 @@ def fat_tree_bom(gpus: int, radix: int, port_gbps: float, *, tiers: int = 3, pla
     ports.update({name: planes * 2 * up for name in names[1:-1]})
     ports[names[-1]] = planes * up
     return _assemble(
-        design=f"{tiers}-tier {planes}-plane fat tree", gpus=gpus, gpus_reached=reach,
-        planes=planes, port_gbps=port_gbps, radix=radix,
+        design=f"{tiers}-tier {planes}-plane fat tree" + _ratio_name(down, uplinks),
+        gpus=gpus, gpus_reached=reach, planes=planes, port_gbps=port_gbps, radix=radix,
+        t0_ports=(down, uplinks),
         tier_switches={n: planes * c for n, c in zip(names, counts)},
         tier_ports=ports,
         layer_links={"host-t0": planes * gpus, **{layer: planes * up for layer in layers[1:]}},
@@ -314,26 +344,30 @@ def three_tier_fat_tree_bom(gpus: int, radix: int, port_gbps: float, planes: int
     return fat_tree_bom(gpus, radix, port_gbps, tiers=3, planes=planes, overrides=overrides)
 
 
-def tiers_needed(gpus: int, radix: int) -> int:
-    """Fewest tiers of radix-k switches at 1:1 that reach `gpus` per plane: 2 up to k^2/2,
-    3 up to k^3/4, L up to 2 (k/2)^L."""
+def tiers_needed(gpus: int, radix: int, oversubscription: float = 1.0) -> int:
+    """Fewest tiers of radix-k switches (T0s split by `oversubscription`, 1:1 above) that
+    reach `gpus` per plane: at 1:1, 2 up to k^2/2, 3 up to k^3/4, L up to 2 (k/2)^L."""
     tiers = 2
-    while fat_tree_reach(radix, tiers) < gpus:
+    while fat_tree_reach(radix, tiers, oversubscription) < gpus:
         tiers += 1
     return tiers
 
 
 def smallest_fabric(gpus: int, radix: int, port_gbps: float, planes: int = 1, *,
+                    oversubscription: float = 1.0,
                     overrides: Mapping[str, Any] | BomAssumptions | None = None
                     ) -> tuple[int, dict]:
-    """(tiers, BOM) of the smallest 1:1 fabric for `gpus`: the two-tier Clos of `bom` when
-    gpus <= radix^2/2, else the fat tree of `tiers_needed` tiers (3 up to radix^3/4)."""
-    tiers = tiers_needed(gpus, radix)
+    """(tiers, BOM) of the smallest fabric for `gpus` at `oversubscription` (at the T0s):
+    the two-tier Clos of `bom` when two tiers reach them, else the fat tree of
+    `tiers_needed` tiers."""
+    tiers = tiers_needed(gpus, radix, oversubscription)
     if tiers == 2:
-        cfg = FabricConfig(gpus=gpus, planes=planes, port_gbps=float(port_gbps), radix=radix)
+        down, up = t0_ports(radix, oversubscription)
+        cfg = FabricConfig(gpus=gpus, planes=planes, port_gbps=float(port_gbps), radix=radix,
+                           oversubscription=down / up)
         return 2, bom(cfg, overrides=overrides)
     return tiers, fat_tree_bom(gpus, radix, port_gbps, tiers=tiers, planes=planes,
-                               overrides=overrides)
+                               oversubscription=oversubscription, overrides=overrides)
 
 
 RATIO_KEYS = ("switches", "modules", "transceivers", "links", "watts_switches",
@@ -381,25 +415,66 @@ def mrc_claim_comparison(gpus: int = 131_072, *, planes: int = 8, asic_gbps: flo
             "single_plane_tiers": tiers}
 
 
+class Baselines(NamedTuple):
+    """What `fabricjax topo` costs beside a multi-plane fabric. designs: BOM dicts, the
+    single-plane fabric first; note: why there is none, or how a baseline differs from the
+    fabric (a nearer port split, ports left over), else None."""
+
+    designs: list[dict]
+    note: str | None
+
+
 def baseline_designs(cfg: FabricConfig, overrides: Mapping[str, Any] | None = None
-                     ) -> list[dict]:
-    """What `fabricjax topo` costs beside a multi-plane fabric: the single-plane fabric at the
-    same NIC rate (planes x port_gbps) built from the same switch ASIC (radix x port_gbps of
-    capacity, so radix x port / NIC ports), sized for the same GPUs (as many tiers as that
-    takes), and, when that needs more than three tiers, the three-tier tree at its full size
-    (the per-GPU reference of the published comparison). Empty for a single-plane fabric."""
+                     ) -> Baselines:
+    """The baseline a designer would build instead of a multi-plane fabric: the same NIC
+    bandwidth (planes x port_gbps) on ONE plane, from the same switch ASIC with its ports
+    ganged to that speed (radix / planes ports), at the same oversubscription at the T0s,
+    sized for the same GPUs (as many tiers as that takes); and, when that takes four tiers,
+    also the three-tier tree at its full size (the per-GPU reference of the published
+    comparison). None, with the reason in `note`, when no such fabric is sensible: the
+    fabric is single-plane already; the ganged port has no optic in the table (a 3.2T
+    single-plane NIC); the ganged switch has fewer than 4 ports or an odd count; or the GPUs
+    need more than MAX_BASELINE_TIERS tiers of it (1,024 GPUs on 8-port 800G switches: 5)."""
     if cfg.planes == 1:
-        return []
-    nic = cfg.planes * float(cfg.port_gbps)
-    radix = int(cfg.radix * float(cfg.port_gbps) // nic)
+        return Baselines([], "none: the fabric is single-plane already")
+    a = assumptions(overrides)
+    port = float(cfg.port_gbps)
+    nic = cfg.planes * port
+    radix, spare = divmod(cfg.radix, cfg.planes)
+    speed = a.module_speed(nic)
+    known = sorted(float(k) for k in a.optic_watts)
+    if speed not in known:
+        return Baselines([], f"none sensible: one {nic:g}G plane needs {nic:g}G switch "
+                         f"ports, and bom.optic_watts has no {speed:g}G module (largest "
+                         f"{known[-1]:g}G); add one to cost it")
+    ganging = (f"ganging the {cfg.radix}-port switch's {port:g}G ports {cfg.planes} at a "
+               f"time leaves {radix} ports of {nic:g}G")
     if radix < 4 or radix % 2:
-        return []
-    tiers, single = smallest_fabric(cfg.gpus, radix, nic, overrides=overrides)
+        return Baselines([], f"none sensible: {ganging} (a tree needs an even radix of 4 "
+                         f"or more)")
+    down, up = t0_ports(cfg.radix, cfg.oversubscription)
+    b_down, b_up = t0_ports(radix, down / up)
+    tiers = tiers_needed(cfg.gpus, radix, b_down / b_up)
+    if tiers > MAX_BASELINE_TIERS:
+        return Baselines([], f"none sensible: {ganging}, and {cfg.gpus:,} GPUs need {tiers} "
+                         f"tiers of them (a designer stops at {MAX_BASELINE_TIERS}: a bigger "
+                         f"switch instead)")
+    _, single = smallest_fabric(cfg.gpus, radix, nic, oversubscription=b_down / b_up,
+                                overrides=overrides)
     designs = [single]
     if tiers > 3:
-        designs.append(fat_tree_bom(fat_tree_reach(radix, 3), radix, nic, tiers=3,
+        designs.append(fat_tree_bom(fat_tree_reach(radix, 3, b_down / b_up), radix, nic,
+                                    tiers=3, oversubscription=b_down / b_up,
                                     overrides=overrides))
-    return designs
+    notes = []
+    if b_down * up != b_up * down:
+        notes.append(f"its T0s split {b_down} down : {b_up} up ("
+                     f"{ratio_text(b_down, b_up)}), the nearest whole-port split of {radix} "
+                     f"ports to the fabric's {ratio_text(down, up)}")
+    if spare:
+        notes.append(f"{spare} of each switch's {cfg.radix} ports are left over after "
+                     f"ganging them {cfg.planes} at a time")
+    return Baselines(designs, "; ".join(notes) or None)
 
 
 def scenario_bom(scenario) -> dict:

@@ -57,7 +57,9 @@ def summary(scenario: Scenario, fabric: AnyFabric) -> dict:
     if isinstance(fabric, Fabric):
         return fabric_summary(cfg)
     counts = graph_summary(fabric)
-    return {**counts, "kind": cfg.kind, "port_gbps": float(cfg.port_gbps),
+    # a graph file's links carry their own capacities: its config's port_gbps means nothing
+    port = float(cfg.port_gbps) if cfg.kind == "fat-tree" else None
+    return {**counts, "kind": cfg.kind, "port_gbps": port,
             "nic_gbps": counts["nic_gbps_max"], "radix": counts["switch_radix_max"],
             "tiers": cfg.tiers if cfg.kind == "fat-tree" else "graph",
             "switches_t0": counts["switches"], "switches_t1": 0}

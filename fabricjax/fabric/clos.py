@@ -104,8 +104,10 @@ class Fabric:
 
     Every fabric kind (this one and `fabric.graph.GraphFabric`) offers the same read-only
     view that the engine, the failure sets and the reports use: `kind`, `gpus`, `planes`,
-    `num_links`, `num_nodes`, `sentinel`, `tier_names`, `tier_bounds`, `gpu_nic_gbps`,
-    `link_name`; `routes` differ (arithmetic here, stored paths there)."""
+    `num_links`, `num_nodes`, `sentinel`, `tier_names` and `tier_bounds` (the statistics'
+    tiers, each one contiguous range of link ids), `layout_bounds` (host -> switch, switch
+    up, switch down, switch -> host), `gpu_nic_gbps`, `reverse`, `link_name`; routes differ
+    (arithmetic here, stored paths there)."""
 
     link_src: np.ndarray
     link_dst: np.ndarray
@@ -142,6 +144,12 @@ class Fabric:
         """(start, stop) of each of the four tiers (static: per-tier statistics are slices)."""
         g = self.geometry
         return tuple((s, s + n) for s, n in zip(g.tier_starts, g.tier_sizes))
+
+    @property
+    def layout_bounds(self) -> tuple[tuple[int, int], ...]:
+        """The four structural ranges: host -> switch, switch up, switch down, switch -> host
+        (on a Clos the statistics' tiers themselves)."""
+        return self.tier_bounds
 
     @functools.cached_property
     def gpu_nic_gbps(self) -> np.ndarray:

@@ -239,7 +239,7 @@ class GraphComponents:
 
     def __init__(self, fabric: GraphFabric):
         self.f = fabric
-        (up0, up1), (host0, host1) = fabric.tier_bounds[1], fabric.tier_bounds[0]
+        (up0, up1), (host0, host1) = fabric.layout_bounds[1], fabric.layout_bounds[0]
         self._up = np.arange(up0, up1)
         self._host = np.arange(host0, host1)
         self._switches = np.arange(fabric.gpus, fabric.num_nodes)

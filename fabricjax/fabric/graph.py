@@ -105,7 +105,6 @@ class GraphFabric:
     family: str = "graph"     # "fat-tree": candidate paths are the equal-cost ones only
 
     kind = "graph"
-    tier_names = TIER_NAMES
 
     @property
     def is_fat_tree(self) -> bool:
@@ -172,11 +171,55 @@ class GraphFabric:
         return len(self.node_names)
 
     @property
-    def tier_bounds(self) -> tuple[tuple[int, int], ...]:
-        """(start, stop) of each of the 4 tiers (static; some ranges empty)."""
+    def layout_bounds(self) -> tuple[tuple[int, int], ...]:
+        """(start, stop) of the 4 structural tiers (host -> switch, switch up, switch down,
+        switch -> host; static; some ranges may be empty)."""
         stops = np.searchsorted(self.tier, np.arange(1, NUM_TIERS + 1), side="left")
         starts = np.concatenate([[0], stops[:-1]])
         return tuple((int(a), int(b)) for a, b in zip(starts, stops))
+
+    @functools.cached_property
+    def _stat_tiers(self) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+        """The statistics' tiers: the host links, then the switch links grouped by the levels
+        they join, upward then downward (links are laid out in that order), then back to the
+        hosts; named by level (a fat tree's edge, agg, core; a two-level graph's leaf and
+        spine; L1, L2, ... otherwise)."""
+        level = self.switch_level
+        top = int(level.max()) if self.num_nodes else 0
+        if self.is_fat_tree:
+            names = {1: "edge", 2: "agg", 3: "core"}
+        elif top == 2:
+            names = {1: "leaf", 2: "spine"}
+        else:
+            names = {}
+        label = {0: "host", **{l: names.get(l, f"L{l}") for l in range(1, top + 1)}}
+        tiers, bounds = [], []
+        for tier, (start, stop) in enumerate(self.layout_bounds):
+            if stop <= start:
+                if tier in (0, 3):      # keep a host tier even when empty (never, in practice)
+                    tiers.append("host-switch" if tier == 0 else "switch-host")
+                    bounds.append((start, stop))
+                continue
+            pair = np.stack([level[self.link_src[start:stop]],
+                             level[self.link_dst[start:stop]]], axis=1)
+            change = np.flatnonzero(np.any(pair[1:] != pair[:-1], axis=1)) + 1
+            edges = [0, *change.tolist(), stop - start]
+            for a, b in zip(edges[:-1], edges[1:]):
+                u, v = pair[a]
+                tiers.append(f"{label[int(u)]}-{label[int(v)]}")
+                bounds.append((start + a, start + b))
+        return tuple(tiers), tuple(bounds)
+
+    @property
+    def tier_names(self) -> tuple[str, ...]:
+        """The names of the statistics' tiers (`tier_bounds`)."""
+        return self._stat_tiers[0]
+
+    @property
+    def tier_bounds(self) -> tuple[tuple[int, int], ...]:
+        """(start, stop) of each of the statistics' tiers (static: per-tier statistics are
+        slices): see `_stat_tiers`."""
+        return self._stat_tiers[1]
 
     def link_name(self, link: int) -> str:
         """A readable name such as ``leaf3->spine1`` for link id `link`."""
@@ -203,7 +246,7 @@ class GraphFabric:
     def host_classes(self) -> tuple[np.ndarray, list[tuple[int, ...]]]:
         """(class int32[N], switch sets): hosts with equal attachment-switch sets share a
         class; paths are searched once per class pair."""
-        start, stop = self.tier_bounds[0]
+        start, stop = self.layout_bounds[0]
         src, dst = self.link_src[start:stop], self.link_dst[start:stop]
         attach: dict[int, list[int]] = {}
         for h, s in zip(src.tolist(), dst.tolist()):
@@ -217,7 +260,7 @@ class GraphFabric:
     @functools.cached_property
     def switch_graph(self) -> nx.Graph:
         """Undirected switch-to-switch graph on node ids (tier 1 links, one per cable)."""
-        start, stop = self.tier_bounds[1]
+        start, stop = self.layout_bounds[1]
         graph = nx.Graph()
         graph.add_nodes_from(range(self.gpus, self.num_nodes))
         graph.add_edges_from(zip(self.link_src[start:stop].tolist(),
@@ -530,7 +573,11 @@ def build_graph_fabric(graph: nx.Graph, paths: int = 8, field: str = "fabric.fil
     tier = np.concatenate([np.where(host_edge, 0, np.where(up, 1, 2)),
                            np.where(host_edge, 3, np.where(up, 2, 1))])
     capacity = np.concatenate([cap, cap])
-    order = np.lexsort((dst, src, tier))
+    # within the switch tiers, links are grouped by the levels they join (edge -> agg before
+    # agg -> core going up, core -> agg before agg -> edge going down), so that each level
+    # pair is one contiguous range for the statistics
+    direction = np.where(tier == 2, -1, np.where(tier == 1, 1, 0))
+    order = np.lexsort((dst, src, direction * level[dst], direction * level[src], tier))
     src, dst, tier, capacity = src[order], dst[order], tier[order], capacity[order]
     switch_end = np.where(src < n_hosts, dst, src)
     start, stop = np.searchsorted(tier, [0, 1])
@@ -632,7 +679,7 @@ def candidate_paths(gf: GraphFabric, src_gpus, dst_gpus, *, max_extra_hops: int 
 
 def graph_summary(gf: GraphFabric) -> dict:
     """What `fabricjax topo` prints for a graph fabric: counts, radix range, bandwidths."""
-    bounds = gf.tier_bounds
+    bounds = gf.layout_bounds
     sizes = [b - a for a, b in bounds]
     n_switch = gf.num_nodes - gf.gpus
     out_degree = np.bincount(gf.link_src, minlength=gf.num_nodes)[gf.gpus:]

@@ -135,7 +135,7 @@ class Policy:
         """Hashable options that fix array shapes or loop bounds (static under jit)."""
         return ()
 
-    def convergence(self, status: int) -> str | None:
+    def convergence(self, status: int, iterations: int = 0) -> str | None:
         """How an iterative policy's iteration ended, in words (None if not iterative)."""
         return None
 
@@ -154,11 +154,12 @@ class Policy:
         raise NotImplementedError
 
     def react(self, routes: Any, phase: PhaseArrays, plane, choice, state: dict, alive,
-              capacity, key, options: dict, settings: tuple, tier_bounds: tuple) -> Reaction:
+              capacity, key, options: dict, settings: tuple, layout: tuple) -> Reaction:
         """The split on the device (traced): equal over the live slots; override to adapt.
         alive bool[L] and capacity float32[L] cover the real links; key: a PRNG key;
-        options / settings: what `options` and `settings` gave; tier_bounds: the fabric's
-        four (start, stop) link ranges (static)."""
+        options / settings: what `options` and `settings` gave; layout: the fabric's four
+        structural (start, stop) link ranges, host -> switch, switch up, switch down, switch ->
+        host (static)."""
         links = routes.slot_links(plane, choice)
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
         return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))

@@ -68,7 +68,7 @@ class Ecmp(Policy):
                 np.full(geometry.planes, qps, np.float32))
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
-              settings, tier_bounds) -> Reaction:
+              settings, layout) -> Reaction:
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
         # re-hash only when something died (a no-failure baseline skips the draws)
         choice = jax.lax.cond(jnp.all(alive), lambda: choice,

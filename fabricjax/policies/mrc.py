@@ -265,10 +265,13 @@ class Mrc(Policy):
     def settings(self, scenario: Scenario) -> tuple:
         return (scenario.mrc.max_iters, scenario.mrc.patience)
 
-    def convergence(self, status: int) -> str:
+    def convergence(self, status: int, iterations: int = 0) -> str:
         if status & Status.ITERATION_CAP:
             return "iteration cap"
-        return "converged (settled)" if status & Status.SETTLED else "converged (balanced)"
+        if status & Status.SETTLED:
+            return "converged (settled)"
+        # balanced with no iteration: spraying's draw marked nothing, so nothing moved
+        return "converged (balanced)" if iterations else "balanced at the start (nothing marked)"
 
     def init(self, scenario, fabric, flows, routes, rng) -> Slots:
         if routes is None:
@@ -277,9 +280,9 @@ class Mrc(Policy):
         return Slots(*stored_spray_slots(routes))
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
-              settings, tier_bounds) -> Reaction:
+              settings, layout) -> Reaction:
         max_iters, patience = settings
-        fabric_range = (tier_bounds[1][0], tier_bounds[2][1])   # switch-to-switch links
+        fabric_range = (layout[1][0], layout[2][1])   # switch-to-switch links
         mrc = mrc_fixed_point(routes, plane, choice, phase.demand, capacity, alive, key,
                               options["threshold"], options["damping"], options["tol"],
                               max_iters=max_iters, patience=patience, fabric_range=fabric_range)

@@ -613,8 +613,11 @@ class Optimal(Policy):
         return {"max_iters": np.int32(scenario.optimal.max_iters),
                 "tol": np.float32(scenario.optimal.tol)}
 
-    def convergence(self, status: int) -> str:
-        text = "iteration cap" if status & Status.ITERATION_CAP else "converged (gap)"
+    def convergence(self, status: int, iterations: int = 0) -> str:
+        if status & Status.ITERATION_CAP:
+            text = "iteration cap"
+        else:   # at 0 iterations the first certificate already closed the gap
+            text = "converged (gap)" if iterations else "solved at the first check (gap)"
         if status & Status.LOST_PLANE:
             text += "; a flow lost a plane (no live path)"
         return text
@@ -630,7 +633,7 @@ class Optimal(Policy):
                      {"link_plane": fabric.plane.astype(np.int32)})
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
-              settings, tier_bounds) -> Reaction:
+              settings, layout) -> Reaction:
         if routes.kind == "clos":
             geom = routes.geom
             sol = solve_commodities(geom, phase.src, phase.dst, phase.demand,

@@ -24,6 +24,9 @@ FIGSIZE = (8.0, 5.0)                 # inches, for up to two rows of panels
 ROW_HEIGHT = 2.5                     # inches per row, from three rows of panels on
 MAX_COLUMNS = 3
 LOG_X_ABOVE = 10.0                   # utilisation CDF: log-x once the tail reaches this
+ZOOM_ABOVE = 2.0                     # utilisation CDF: a zoom panel when one policy's P100
+                                     # is this many times every other policy's
+SHARE_Y_WITHIN = 4.0                 # side-by-side panels share y when their tops are this close
 
 # Fixed across figures, so that a policy reads the same everywhere: ECMP in red (the hash
 # collisions), spraying in blue, MRC in green, the optimal bound in dark grey.
@@ -37,13 +40,15 @@ _WORKLOAD_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1
 
 FILE_NAMES = {"utilisation_cdf": "utilisation_cdf.png", "completion": "completion.png",
               "mrc_trace": "mrc_trace.png", "sharing": "sharing.png"}
-SWEEP_METRICS = ("p100_utilisation", "completion_s", "busbw_gbps", "slowdown")
+SWEEP_METRICS = ("p100_utilisation", "completion_s", "busbw_gbps", "slowdown",
+                 "fabric_slowdown")
 METRIC_LABELS = {
     "p100_utilisation": "P100 link utilisation (load / capacity)",
     "p99_utilisation": "P99 link utilisation (load / capacity)",
     "completion_s": "completion time",
     "busbw_gbps": "bus bandwidth (Gbit/s)",
-    "slowdown": "slowdown (completion / ideal)",
+    "slowdown": "slowdown (completion / line-rate time)",
+    "fabric_slowdown": "fabric slowdown (completion / endpoint-bound time)",
 }
 
 
@@ -124,7 +129,11 @@ def _subtitle(report) -> str:
     parts = []
     if "gpus" in fabric:
         parts.append(f"{fabric['gpus']:,} GPUs")
-    if "planes" in fabric and "port_gbps" in fabric:
+    if fabric.get("kind") in ("fat-tree", "graph"):
+        planes = fabric.get("planes", 1)
+        parts.append(f"{fabric['kind']}, NIC {fabric['nic_gbps']:g}G"
+                     + (f" as {planes} planes" if planes > 1 else ""))
+    elif "planes" in fabric and "port_gbps" in fabric:
         parts.append(f"{fabric['planes']} planes x {fabric['port_gbps']:g}G")
     if fabric.get("oversubscription", 1) not in (1, 1.0):
         parts.append(f"{fabric['oversubscription']:g}:1 oversubscribed")
@@ -167,26 +176,44 @@ def _empty_note(ax, text: str) -> None:
 
 # --------------------------------------------------------------------------- report figures
 
+def cdf_panels(report) -> list[tuple[str, float | None]]:
+    """The panels of the utilisation CDF: (workload, None) for each workload item's whole
+    range, each followed by (workload, x_limit) -- a zoom to x <= x_limit -- when one policy's
+    P100 is ZOOM_ABOVE times or more every other policy's (an ECMP tail of 4x beside spraying
+    at 1x would otherwise squeeze the others into one vertical line at the left)."""
+    panels: list[tuple[str, float | None]] = []
+    for workload in _workloads(report.records):
+        tails = sorted(r.p100_utilisation for r in report.records
+                       if r.workload == workload and r.utilisation_cdf)
+        panels.append((workload, None))
+        if len(tails) >= 2 and tails[-2] > 0 and tails[-1] >= ZOOM_ABOVE * tails[-2]:
+            panels.append((workload, max(1.1, 1.1 * tails[-2])))
+    return panels
+
+
 def plot_utilisation_cdf(report, path: str | Path) -> Path | None:
     """One panel per workload item, one line per policy: the fraction of links (y) loaded at
     most x times their capacity, over the links of the item's busiest phase; a dashed line
     at 1.0 marks capacity. The 101 quantiles are drawn as a staircase (steps at the
     quantiles: interpolating between them would invent links). Log-x when the tail reaches
     10x capacity and the loaded links span more than 10x (idle links then sit at the left
-    edge). None (nothing written) when no record has a utilisation CDF."""
+    edge). When one policy's tail is far beyond the others' (`cdf_panels`), a second, linear
+    panel beside it zooms to the others' range. All panels share the y axis. None (nothing
+    written) when no record has a utilisation CDF."""
     records = [r for r in report.records if r.utilisation_cdf]
     if not records:
         return None
-    workloads = _workloads(report.records)
-    rows, cols = grid_shape(len(workloads))
+    panels = cdf_panels(report)
+    rows, cols = grid_shape(len(panels))
     fig, axes = _new_figure(rows, cols, sharey=True)
-    for ax, workload in zip(axes.flat, workloads):
+    for ax, (workload, zoom) in zip(axes.flat, panels):
         mine = {r.policy: r for r in records if r.workload == workload}
         values = np.asarray([v for r in mine.values() for v in r.utilisation_cdf], float)
         loaded = values[values > 0]
         # linear keeps "how many times capacity" direct; only a tail of 10x capacity or more
         # (an incast) would squash every link at or below capacity into the left tenth
-        log = bool(loaded.size) and loaded.max() >= max(LOG_X_ABOVE, 10 * loaded.min())
+        log = (zoom is None and bool(loaded.size)
+               and loaded.max() >= max(LOG_X_ABOVE, 10 * loaded.min()))
         floor = loaded.min() / 2 if log else 0.0
         for order, policy in enumerate(_ordered_policies(mine)):
             record = mine[policy]
@@ -197,22 +224,28 @@ def plot_utilisation_cdf(report, path: str | Path) -> Path | None:
                     lw=max(4.0 - 1.2 * order, 1.0), drawstyle="steps-post",
                     label=f"{policy} (P100 {record.p100_utilisation:.2f})")
         ax.axvline(1.0, color="black", ls="--", lw=1, label="capacity")
+        title = _workload_title(report, workload)
         if log:
             ax.set_xscale("log")
             _log_axis(ax.xaxis)
+        elif zoom is not None:
+            ax.set_xlim(0.0, zoom)
+            beyond = ", ".join(p for p in _ordered_policies(mine)
+                               if mine[p].p100_utilisation > zoom)
+            title = f"zoom to x ≤ {zoom:.3g} ({beyond} runs on to the right)"
         else:   # capacity stays inside the panel even when no link exceeds it
             ax.set_xlim(0.0, max(1.1, 1.05 * float(values.max(initial=0.0))))
-        ax.set_title(_workload_title(report, workload), fontsize=10)
+        ax.set_title(title, fontsize=9 if zoom is not None else 10)
         ax.set_xlabel("link utilisation (load / capacity)" +
                       (", log; idle links at the left edge" if log else ""))
         ax.set_ylim(0.0, 1.02)
-        if mine:
+        if mine and zoom is None:
             ax.legend(loc="best", fontsize=8, framealpha=0.9)
-        else:
+        elif not mine:
             _empty_note(ax, "no fabric traffic")
     for ax in axes[:, 0]:
         ax.set_ylabel("fraction of links ≤ x")
-    _hide_unused(axes, len(workloads))
+    _hide_unused(axes, len(panels))
     _suptitle(fig, report, "link utilisation CDF, busiest phase of each workload")
     return _save(fig, path)
 
@@ -233,28 +266,53 @@ def _bar_label(ax, x: float, y: float, text: str, *, above: int = 0, fontsize: f
     return above + text.count("\n") + 1
 
 
+def share_y(tops: Iterable[float | None]) -> bool:
+    """Whether side-by-side panels whose largest values are `tops` share one y axis: yes when
+    every top is within SHARE_Y_WITHIN (4) x of the others (a common scale compares them at a
+    glance), no when one would flatten another (a 4 MB and a 4 GB all-reduce)."""
+    finite = [t for t in _finite(tops) if t > 0]
+    return not finite or max(finite) <= SHARE_Y_WITHIN * min(finite)
+
+
+def _differs(bound: float | None, reference: float | None) -> bool:
+    return bool(bound) and bool(reference) and bound > 1.01 * reference
+
+
 def plot_completion(report, path: str | Path) -> Path:
-    """One panel per workload item (each with its own time scale), one bar per policy: the
-    completion time, labelled with its slowdown over the ideal (no contention) time, which is
-    the dotted line. When the report has a failure study, a whisker runs from the P50 (dot)
-    to the max over the failure sets. A stalled completion is a hatched bar labelled
-    "stalled", and stalled failure sets are counted above the bar ("k/N sets stalled")."""
+    """One panel per workload item, one bar per policy: the completion time, labelled with
+    its slowdown over the line-rate time (every flow at its NIC rate: the dotted line); when
+    endpoints share NICs (an incast, skewed all-to-all) the endpoint-bound time is a dash-dot
+    line and the label adds the fabric's own slowdown over it. When the report has a failure
+    study, a whisker runs from the P50 (dot) to the max over the failure sets. A stalled
+    completion is a hatched bar labelled "stalled", and stalled failure sets are counted
+    above the bar ("k/N sets stalled"). Panels share the y axis when their times are within
+    4x of each other (`share_y`), else each has its own scale."""
     records = report.records
     workloads = _workloads(records)
     summaries = {}
     if report.failures is not None:
         summaries = {(s.policy, s.workload): s for s in report.failures.summaries}
+    panel_times = {}
+    for workload in workloads:
+        mine = [r for r in records if r.workload == workload]
+        spread = [v for r in mine if (r.policy, workload) in summaries
+                  and summaries[(r.policy, workload)].completion_s
+                  for v in summaries[(r.policy, workload)].completion_s.values()]
+        panel_times[workload] = ([r.completion_s for r in mine]
+                                 + [r.line_rate_s for r in mine]
+                                 + [r.endpoint_bound_s for r in mine] + spread)
+    shared = len(workloads) > 1 and share_y(max(_finite(t), default=None)
+                                            for t in panel_times.values())
+    every = [t for times in panel_times.values() for t in times]
     rows, cols = grid_shape(len(workloads))
-    fig, axes = _new_figure(rows, cols)
+    fig, axes = _new_figure(rows, cols, sharey=shared)
+    any_endpoint = False
     for ax, workload in zip(axes.flat, workloads):
         mine = {r.policy: r for r in records if r.workload == workload}
         policies = _ordered_policies(mine)
-        dists = [summaries[(p, workload)].completion_s for p in policies
-                 if (p, workload) in summaries]
-        spread = [v for dist in dists if dist for v in dist.values()]
-        times = [r.completion_s for r in mine.values()] + [r.ideal_s for r in mine.values()]
-        scale, unit = time_unit(times + spread)
-        top = max(_finite(times + spread), default=0.0) * scale or 1.0
+        scale, unit = time_unit(every if shared else panel_times[workload])
+        top = max(_finite(every if shared else panel_times[workload]), default=0.0) * scale
+        top = top or 1.0
         for x, policy in enumerate(policies):
             record, colour = mine[policy], policy_colour(policy)
             if record.completion_s is None:
@@ -277,7 +335,11 @@ def plot_completion(report, path: str | Path) -> Path:
                 text = _number(height)
                 if record.slowdown is not None:
                     text += f"\n×{record.slowdown:.2f}"
-                if height >= 0.12 * top:    # inside the bar: a whisker above it is not its
+                if (_differs(record.endpoint_bound_s, record.line_rate_s)
+                        and record.fabric_slowdown is not None):
+                    text += f"\nfabric ×{record.fabric_slowdown:.2f}"
+                if height >= 0.12 * top * (text.count("\n") + 1) / 2:
+                    # inside the bar: a whisker above it is not its
                     ax.annotate(text, (x, height), xytext=(0, -4), textcoords="offset points",
                                 ha="center", va="top", fontsize=8, color="white",
                                 fontweight="bold")
@@ -288,27 +350,36 @@ def plot_completion(report, path: str | Path) -> Path:
                         else f"{summary.stalled_sets}/{summary.sets}")
                 _bar_label(ax, x, label_y, f"{sets} sets\nstalled",
                            above=lines, color="#b00000", fontsize=7)
-        ideal = next((r.ideal_s for r in mine.values() if r.ideal_s), None)
-        if ideal:
-            ax.axhline(ideal * scale, color="black", ls=":", lw=1.3, zorder=0.9)  # under bars
+        line_rate = next((r.line_rate_s for r in mine.values() if r.line_rate_s), None)
+        endpoint = next((r.endpoint_bound_s for r in mine.values() if r.endpoint_bound_s), None)
+        if line_rate:   # under the bars
+            ax.axhline(line_rate * scale, color="black", ls=":", lw=1.3, zorder=0.9)
+        if _differs(endpoint, line_rate):
+            any_endpoint = True
+            ax.axhline(endpoint * scale, color="0.35", ls="-.", lw=1.3, zorder=0.9)
         ax.set_xticks(range(len(policies)), policies)
         for tick, policy in zip(ax.get_xticklabels(), policies):
             tick.set_color(policy_colour(policy))
         ax.set_xlim(-0.6, len(policies) - 0.4)
         ax.set_ylim(0.0, top * (1.45 if summaries else 1.3))
-        ax.set_ylabel(f"completion time ({unit})")
+        if not shared or ax in list(axes[:, 0]):
+            ax.set_ylabel(f"completion time ({unit})")
         ax.set_title(_workload_title(report, workload), fontsize=10)
     _hide_unused(axes, len(workloads))
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color="black", ls=":", lw=1.3,
-                      label="ideal, no contention (×: slowdown over it)")]
+                      label="line rate: every flow at its NIC rate (×: slowdown over it)")]
+    if any_endpoint:
+        handles.append(Line2D([], [], color="0.35", ls="-.", lw=1.3,
+                              label="endpoint bound: NICs shared, fabric uncontended "
+                                    "(fabric ×: over it)"))
     if summaries:
         handles.append(Line2D([], [], color="black", marker="o", ms=4, lw=1.3,
                               label=f"bars: no failure; whisker: {report.failures.samples} "
                                     "failure sets, P50 (dot) to max (cap)"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8,
-               frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncols=1 if len(handles) > 2
+               else len(handles), fontsize=8, frameon=False)
     what = "completion time per policy" + (", with failure sets" if summaries else "")
     _suptitle(fig, report, what)
     return _save(fig, path)
@@ -316,17 +387,19 @@ def plot_completion(report, path: str | Path) -> Path:
 
 def plot_mrc_trace(report, path: str | Path) -> Path | None:
     """An adaptive policy's P100 after each iteration (mrc's EV swaps), one panel per record
-    with a trace (the busiest phase's), a star at the best set (the one it returns), beside
+    with a trace (the busiest phase's; panels share the y axis), a star at the best set (the one it returns), beside
     the P100 of the other policies on the same item that lie near the curve (spraying,
     dashed; the optimal bound, dash-dot; a far tail such as ECMP's would flatten it); None
-    (nothing written) when no record has a trace."""
-    traced = [r for r in report.records if r.trace]
+    (nothing written) when no record has a trace of at least one iteration."""
+    # a trace of one point (zero iterations: balanced at the start) has no curve to show
+    traced = [r for r in report.records if r.trace and len(r.trace) >= 2]
     if not traced:
         return None
     from matplotlib.ticker import MaxNLocator
 
     rows, cols = grid_shape(len(traced))
-    fig, axes = _new_figure(rows, cols)
+    fig, axes = _new_figure(rows, cols, sharey=True)
+    levels: list[float] = []
     for ax, record in zip(axes.flat, traced):
         trace = np.asarray(record.trace, float)
         steps = np.arange(trace.size)
@@ -345,16 +418,17 @@ def plot_mrc_trace(report, path: str | Path) -> Path | None:
             ax.axhline(other.p100_utilisation, color=policy_colour(other.policy), ls=style,
                        lw=1.5, label=f"{other.policy} P100 {other.p100_utilisation:.2f}")
         ax.axhline(1.0, color="black", lw=0.8, alpha=0.5)
-        # headroom above the curves for the legend, so it never hides the start of the trace
-        levels = [y for line in ax.get_lines() for y in np.atleast_1d(line.get_ydata())]
-        low, high = min(levels), max(levels)
-        span = max(high - low, 0.1)
-        ax.set_ylim(low - 0.05 * span, high + 0.5 * span)
+        levels += [y for line in ax.get_lines() for y in np.atleast_1d(line.get_ydata())]
         ax.set_xlim(-0.5, max(trace.size - 1, 1) + 0.5)   # whole iterations, even for one
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(_workload_title(report, record.workload), fontsize=10)
         ax.set_xlabel(f"{record.policy.upper()} iteration (0: its initial slots)")
         ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    # one y range for every panel (shared), with headroom above the curves for the legend,
+    # so it never hides the start of a trace
+    low, high = min(levels), max(levels)
+    span = max(high - low, 0.1)
+    axes.flat[0].set_ylim(low - 0.05 * span, high + 0.5 * span)
     for ax in axes[:, 0]:
         ax.set_ylabel("P100 link utilisation")
     _hide_unused(axes, len(traced))
@@ -364,7 +438,8 @@ def plot_mrc_trace(report, path: str | Path) -> Path | None:
 
 
 def plot_sharing(report, path: str | Path) -> Path | None:
-    """Jobs sharing the fabric: one panel per job (each with its own time scale), a pair of
+    """Jobs sharing the fabric: one panel per job (one time scale when the jobs' times are
+    within 4x of each other, `share_y`, else each its own), a pair of
     bars per policy: its completion alone (light, hatched) and together with the other jobs
     (solid), with together / alone above; a stalled run is a hatched outline labelled
     "stalled". None (nothing written) without `report.sharing`."""
@@ -372,13 +447,18 @@ def plot_sharing(report, path: str | Path) -> Path | None:
     if not rows:
         return None
     jobs = list(dict.fromkeys(r.job for r in rows))
+    job_times = {job: [t for r in rows if r.job == job for t in (r.alone_s, r.together_s)]
+                 for job in jobs}
+    shared = len(jobs) > 1 and share_y(max(_finite(t), default=None)
+                                       for t in job_times.values())
+    every = [t for times in job_times.values() for t in times]
     grid_rows, grid_cols = grid_shape(len(jobs))
-    fig, axes = _new_figure(grid_rows, grid_cols)
+    fig, axes = _new_figure(grid_rows, grid_cols, sharey=shared)
     width = 0.38
     for ax, job in zip(axes.flat, jobs):
         mine = {r.policy: r for r in rows if r.job == job}
         policies = _ordered_policies(mine)
-        times = [t for r in mine.values() for t in (r.alone_s, r.together_s)]
+        times = every if shared else job_times[job]
         scale, unit = time_unit(times)
         top = max(_finite(times), default=0.0) * scale or 1.0
         for x, policy in enumerate(policies):
@@ -401,7 +481,8 @@ def plot_sharing(report, path: str | Path) -> Path | None:
             tick.set_color(policy_colour(policy))
         ax.set_xlim(-0.6, len(policies) - 0.4)
         ax.set_ylim(0.0, top * 1.25)
-        ax.set_ylabel(f"completion time ({unit})")
+        if not shared or ax in list(axes[:, 0]):
+            ax.set_ylabel(f"completion time ({unit})")
         ax.set_title(f"{job} ({mine[policies[0]].gpus:,} GPUs)", fontsize=10)
     _hide_unused(axes, len(jobs))
     from matplotlib.patches import Patch
@@ -445,7 +526,9 @@ def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path, *,
     (those that do not move with the first). Numeric x values are placed by value (log-x when
     positive and spanning 100x or more), others in order of first appearance. A point whose
     metric is None (a stalled completion) is skipped and marked with an x at the bottom. The
-    y axis starts at 0; each panel has its own range (and time unit).
+    y axis starts at 0; panels share it when their tops are within 4x of each other
+    (`share_y`), else each has its own range (and time unit). The title and x label name
+    every field swept together with the first (a zipped `--set a,b=...`).
     None (nothing written) when there are no rows."""
     if not axes:
         raise ValueError("plot_sweep needs at least one swept axis")
@@ -453,6 +536,8 @@ def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path, *,
         return None
     x_axis = axes[0]
     panel_axes = [a for a in axes[1:] if not _linked(rows, x_axis, a)]
+    zipped = [x_axis] + [a for a in axes[1:] if a not in panel_axes]
+    x_name = " + ".join(zipped)
     panels = list(dict.fromkeys(tuple(_value_text(row.get(a)) for a in panel_axes)
                                 for row in rows))
     raw_x = [row.get(x_axis) for row in rows]
@@ -466,16 +551,28 @@ def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path, *,
     workloads = list(dict.fromkeys(row.get("workload") for row in rows))
     policies = _ordered_policies(row.get("policy") for row in rows)
     label = METRIC_LABELS.get(metric, metric)
-    tick_text = {float(v): _value_text(v) for v in raw_x} if numeric else {}
+    # a zipped sweep labels each x with every field that moved with it (1 / 800G / 8)
+    def tick_label(row: dict) -> str:
+        return "\n".join(_value_text(row.get(a)) for a in zipped)
+
+    tick_text = {float(row.get(x_axis)): tick_label(row) for row in rows} if numeric else {}
+    labels = {_value_text(row.get(x_axis)): tick_label(row) for row in rows}
     grid_rows, grid_cols = grid_shape(len(panels))
-    # each panel its own y range (and time unit): swept sizes can differ by 1000x
-    fig, grid = _new_figure(grid_rows, grid_cols)
+
+    def panel_rows(panel: tuple) -> list[dict]:
+        return [row for row in rows
+                if tuple(_value_text(row.get(a)) for a in panel_axes) == panel]
+
+    # one y range unless that would flatten a panel: swept sizes can differ by 1000x
+    shared = len(panels) > 1 and share_y(max(_finite(r.get(metric) for r in panel_rows(p)),
+                                             default=None) for p in panels)
+    fig, grid = _new_figure(grid_rows, grid_cols, sharey=shared)
     handles: dict[str, Any] = {}
     units = []
     for ax, panel in zip(grid.flat, panels):
-        mine = [row for row in rows
-                if tuple(_value_text(row.get(a)) for a in panel_axes) == panel]
-        scale, unit = time_unit(r.get(metric) for r in mine) if metric.endswith("_s") else (
+        mine = panel_rows(panel)
+        scaled = rows if shared else mine
+        scale, unit = time_unit(r.get(metric) for r in scaled) if metric.endswith("_s") else (
             1.0, "")
         units.append(unit)
         for policy in policies:
@@ -502,28 +599,30 @@ def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path, *,
         if metric in ("p100_utilisation", "p99_utilisation"):
             handles["capacity"] = ax.axhline(1.0, color="black", ls="--", lw=1)
         if metric == "slowdown":
-            handles["ideal (no contention)"] = ax.axhline(1.0, color="black", ls=":", lw=1)
+            handles["line rate"] = ax.axhline(1.0, color="black", ls=":", lw=1)
+        if metric == "fabric_slowdown":
+            handles["endpoint bound"] = ax.axhline(1.0, color="black", ls=":", lw=1)
         ax.set_ylim(bottom=0.0)
         if log_x:
             ax.set_xscale("log")
         if not numeric:
-            ax.set_xticks(range(len(categories)), categories)
+            ax.set_xticks(range(len(categories)), [labels[c] for c in categories])
         elif len(tick_text) <= 12:
             ax.set_xticks(sorted(tick_text), [tick_text[v] for v in sorted(tick_text)])
             ax.minorticks_off()
         if panel_axes:
             ax.set_title(", ".join(f"{a}={v}" for a, v in zip(panel_axes, panel)),
                          fontsize=9)
-        ax.set_xlabel(x_axis)
+        ax.set_xlabel("\n".join(zipped) if len(zipped) > 1 else x_axis, fontsize=9)
     for ax, unit in zip(grid.flat, units):
-        if ax in list(grid[:, 0]) or len(set(units)) > 1:
+        if ax in list(grid[:, 0]) or not shared:
             ax.set_ylabel(f"{label} ({unit})" if unit else label)
     _hide_unused(grid, len(panels))
-    extras = ("no value (stalled)", "capacity", "ideal (no contention)")
+    extras = ("no value (stalled)", "capacity", "line rate", "endpoint bound")
     names = [n for n in handles if n not in extras] + [n for n in extras if n in handles]
     fig.legend([handles[n] for n in names], names, loc="outside lower center",
                ncols=min(4, len(handles)), fontsize=8, frameon=False)
-    heading = f"sweep over {x_axis}: {label.split(' (')[0]}"
+    heading = f"sweep over {x_name}: {label.split(' (')[0]}"
     fig.suptitle(f"{title}: {heading}" if title else heading, fontsize=12)
     return _save(fig, path)
 

@@ -30,8 +30,13 @@ def _opt(value: float | None, fmt: str) -> str:
 
 def fabric_line(fabric: dict) -> str:
     if fabric.get("kind") in ("fat-tree", "graph"):
+        planes = fabric.get("planes", 1)
+        nic = f"NIC {fabric['nic_gbps']:g}G" + (
+            f" ({planes} planes x {fabric['port_gbps']:g}G)"
+            if planes > 1 and fabric.get("port_gbps") else
+            f" ({planes} planes)" if planes > 1 else "")
         return (f"{fabric['gpus']:,} GPUs · {fabric['kind']} · {fabric['switches']:,} switches · "
-                f"{fabric['links_directed']:,} directed links · NIC {fabric['nic_gbps']:g}G · "
+                f"{fabric['links_directed']:,} directed links · {nic} · "
                 f"up to {fabric['paths_per_pair']} paths per pair")
     return (f"{fabric['gpus']:,} GPUs · {fabric['planes']} plane(s) × {fabric['port_gbps']:g}G "
             f"(NIC {fabric['nic_gbps']:g}G) · radix {fabric['radix']} · {fabric['tiers']} tiers · "
@@ -55,28 +60,41 @@ def utilisation_table(report: Report) -> Table:
 
 
 def time_table(report: Report) -> Table:
-    table = Table(title="Collective completion (busbw in Gbit/s; nccl-tests prints GB/s = /8)",
-                  title_justify="left")
-    for column in ("policy", "workload", "size", "steps", "completion", "ideal", "slowdown",
-                   "busbw Gbit/s", "status"):
+    table = Table(title="Collective completion: slowdown = completion / line-rate time (every "
+                  "GPU sends at its NIC rate); fabric slowdown = completion / endpoint bound "
+                  "(a perfect network: the busiest NIC, sending or receiving, at line rate). "
+                  "busbw in Gbit/s (nccl-tests prints GB/s = /8)", title_justify="left")
+    for column in ("policy", "workload", "size", "steps", "completion", "line rate", "slowdown",
+                   "endpoint bound", "fabric slowdown", "busbw Gbit/s", "status"):
         table.add_column(column, justify="left" if column in ("policy", "workload", "status")
                          else "right")
     for r in report.records:
         status = r.status if r.stalled_flows == 0 else f"{r.status} ({r.stalled_flows} flows)"
         table.add_row(r.policy, escape(r.workload), format_bytes(r.size_bytes), f"{r.steps:,}",
-                      format_seconds(r.completion_s), format_seconds(r.ideal_s),
-                      (_u(r.slowdown) + "×") if r.slowdown is not None else "—",
-                      _opt(r.busbw_gbps, ".1f"), status)
+                      format_seconds(r.completion_s), format_seconds(r.line_rate_s),
+                      _times(r.slowdown), format_seconds(r.endpoint_bound_s),
+                      _times(r.fabric_slowdown), _opt(r.busbw_gbps, ".1f"), status)
     return table
 
 
+def _times(value: float | None) -> str:
+    """A ratio as the tables print it: 1.000×; — when not computed."""
+    return "—" if value is None else _u(value) + "×"
+
+
 def flow_table(report: Report) -> Table | None:
-    """The progressive (flow-level) model beside the static one, and flow completion times."""
+    """The progressive (flow-level) model beside the static one, and flow completion times.
+    Figures of a simulation that hit `solver.max_events` carry a `*` and a caption: their
+    unfinished flows were extrapolated from one last solve."""
     rows = [r for r in report.records if r.events is not None or r.aggregated_classes]
     if not rows:
         return None
+    capped = any(r.progressive_status == "event_limit" for r in rows)
+    caption = ("* the simulation hit solver.max_events: the flows still running were "
+               "extrapolated from one last max-min solve" if capped else None)
     table = Table(title="Flow level: static (size / first max-min rate) vs progressive (rates "
-                  "re-solved as flows finish); FCT over fabric flows", title_justify="left")
+                  "re-solved as flows finish); FCT over fabric flows", title_justify="left",
+                  caption=caption, caption_justify="left")
     for column in ("policy", "workload", "algorithm", "static", "progressive", "FCT P50",
                    "FCT P99", "FCT max", "events"):
         table.add_column(column, justify="left" if column in ("policy", "workload", "algorithm")
@@ -84,17 +102,18 @@ def flow_table(report: Report) -> Table | None:
     for r in rows:
         events = f"{r.events:,}" if r.events is not None else (
             f"{r.aggregated_classes:,} classes" if r.aggregated_classes else "—")
+        mark = "*" if r.progressive_status == "event_limit" else ""
 
         def simulated(value: float | None) -> str:
             # None: a stalled flow, or no simulation (aggregated, or over the auto limit)
             if value is None and (r.events is None or r.stalled_flows == 0):
                 return "—"
-            return format_seconds(value)
+            return format_seconds(value) + mark
 
         table.add_row(r.policy, escape(r.workload), escape(r.algorithm or r.collective),
                       format_seconds(r.completion_s), simulated(r.progressive_s),
                       simulated(r.fct_p50_s), simulated(r.fct_p99_s), simulated(r.fct_max_s),
-                      events)
+                      events + mark)
     return table
 
 
@@ -114,12 +133,15 @@ def sharing_table(report: Report) -> Table | None:
 
 
 def adaptation_table(report: Report) -> Table | None:
-    """mrc's EV-swap fixed point and optimal's iterative bound: how each iteration ended."""
+    """The iterative policies (mrc's EV-swap fixed point, optimal's bound): how each iteration
+    ended. 0 iterations means the starting point already met the stop rule (nothing to move,
+    or a certificate at the first check), not that the policy did not run."""
     rows = [r for r in report.records if r.iterations is not None]
     if not rows:
         return None
-    table = Table(title="Iterative policies (mrc: EV swapping fixed point; optimal: min-max bound)",
-                  title_justify="left")
+    labels = ", ".join(f"{name}: {(report.policies or {}).get(name, {}).get('label', name)}"
+                       for name in dict.fromkeys(r.policy for r in rows))
+    table = Table(title=f"Iterative policies ({labels})", title_justify="left")
     for column in ("policy", "workload", "iterations", "how it ended", "residual", "P100"):
         table.add_column(column, justify="left" if column in ("policy", "workload", "how it ended")
                          else "right")
@@ -132,26 +154,42 @@ def adaptation_table(report: Report) -> Table | None:
 
 
 def trace_lines(report: Report, points: int = 8) -> list[str]:
-    """A compact view of each mrc trace: P100 at evenly spaced iterations."""
+    """A compact view of each iteration trace (mrc with --trace): the P100 at evenly spaced
+    iterations, always including the one the policy returned (its best set, marked)."""
     lines = []
     for r in report.records:
-        if not r.trace:
+        if not r.trace or len(r.trace) < 2:
             continue
         n = len(r.trace) - 1
-        marks = sorted({round(i * n / (points - 1)) for i in range(points)})
-        path = " → ".join(f"{r.trace[i]:.3f}@{i}" for i in marks)
-        lines.append(f"{r.policy} / {r.workload}: P100 by iteration: {path}")
-    return lines
+        best = min(range(len(r.trace)), key=lambda i: (r.trace[i], i))
+        marks = sorted({round(i * n / (points - 1)) for i in range(points)} | {best})
+        path = " → ".join(f"{r.trace[i]:.3f}@{i}" + (" (returned)" if i == best else "")
+                          for i in marks)
+        lines.append(f"{r.policy} / {r.workload}: {path}")
+    return ["P100 by iteration (value@iteration):"] + lines if lines else []
 
 
 def bottleneck_lines(report: Report) -> list[str]:
+    """The busiest link of each record; where every loaded link sits at the maximum, or more
+    links tie at it than the record keeps, it says so instead of naming one at random."""
     lines = []
     for r in report.records:
-        if r.bottleneck_links:
-            worst = r.bottleneck_links[0]
-            lines.append(f"{r.policy} / {r.workload}: worst link {worst['link']} at "
-                         f"{_u(worst['utilisation'])}")
-    return lines
+        if not r.bottleneck_links:
+            continue
+        worst = r.bottleneck_links[0]
+        top = worst["utilisation"]
+        tied = [b for b in r.bottleneck_links if b["utilisation"] >= top * (1 - 1e-6)]
+        if r.p50_utilisation >= top * (1 - 1e-6):
+            text = f"all links at {_u(top)} (P50 = P100)"
+        elif len(tied) == len(r.bottleneck_links) and len(tied) > 1:
+            text = (f"{len(tied)} or more links tied at {_u(top)}, e.g. "
+                    + ", ".join(b["link"] for b in tied[:3]))
+        elif len(tied) > 1:
+            text = f"{len(tied)} links tied at {_u(top)}: " + ", ".join(b["link"] for b in tied)
+        else:
+            text = f"{worst['link']} at {_u(top)}"
+        lines.append(f"{r.policy} / {r.workload}: {text}")
+    return ["Busiest link (bottleneck) of each policy and workload:"] + lines if lines else []
 
 
 def sensitivity_table(report: Report) -> Table:
@@ -173,18 +211,32 @@ def sensitivity_table(report: Report) -> Table:
             d_time, d_p100 = link["d_time_d_gbps"], link["d_p100_d_gbps"]
             table.add_row(row["policy"], escape(row["workload"]), escape(link["link"]),
                           _u(link["utilisation"]),
-                          "—" if d_time is None else f"{-d_time * 1e6:.4g}",
-                          f"{-d_p100:.3g}")
+                          "—" if d_time is None else f"{-d_time * 1e6 + 0.0:.4g}",
+                          f"{-d_p100 + 0.0:.3g}")
     return table
 
 
 # --------------------------------------------------------------------------- sweeps
 
-def sweep_table(headers: list[str], rows: list[list[str]]) -> Table:
-    table = Table(title="Sweep: one row per point, policy and workload item", title_justify="left")
-    for i, column in enumerate(headers):
-        table.add_column(escape(column), justify="left" if i < len(headers) and column in (
-            "policy", "workload", "status") else "right")
+SWEEP_TEXT_COLUMNS = ("policy", "workload", "status")
+
+
+def sweep_table(headers: list[str], rows: list[list[str]], legend: str | None = None) -> Table:
+    """One row per point, policy and item; every header and every number on one line (a
+    narrow terminal wraps the text columns -- workload, status -- never a figure or a
+    header), with the swept fields' full names in the caption."""
+    notes = [f"swept: {legend}"] if legend else []
+    if "slowdown" in headers and "fabric slowdown" not in headers:
+        notes.append("fabric slowdown (completion / endpoint bound) = slowdown on every row")
+    table = Table(title="Sweep: one row per point, policy and workload item (busbw in Gbit/s; "
+                  "switches, optics and kW: the fabric's bill of materials)",
+                  title_justify="left", caption="\n".join(notes) or None,
+                  caption_justify="left")
+    for index, column in enumerate(headers):
+        text = column in SWEEP_TEXT_COLUMNS
+        widest = max((len(row[index]) for row in rows), default=0)
+        table.add_column(escape(column), min_width=len(column) if text else max(
+            len(column), widest), justify="left" if text else "right")
     for row in rows:
         table.add_row(*(escape(cell) for cell in row))
     return table
@@ -206,19 +258,24 @@ def failure_header(report: Report) -> str:
 
 
 def failure_table(report: Report) -> Table:
-    """Steady state after each policy's reaction: the distribution over failure sets."""
+    """Steady state after each policy's reaction: the distribution over failure sets (one
+    figure per cell when there is one set)."""
     n = report.failures.samples
-    table = Table(title=f"Steady state over {n:,} failure set(s), after each policy reacts "
-                        "(P50 / P99 / max over sets)", title_justify="left")
-    for column in ("policy", "workload", "P100 util", "completion", "slowdown", "stalled sets"):
+    keys = ("p50", "p99", "max") if n > 1 else ("max",)
+    title = (f"Steady state over {n:,} failure sets, after each policy reacts (P50 / P99 / "
+             "max over sets)" if n > 1 else
+             "Steady state in the one failure set, after each policy reacts")
+    table = Table(title=title, title_justify="left")
+    for column in ("policy", "workload", "P100 util", "completion", "slowdown",
+                   "fabric slowdown", "stalled sets" if n > 1 else "stalled"):
         table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
     for s in report.failures.summaries:
-        p100 = " / ".join(_dist(s.p100_utilisation, k, _u) for k in ("p50", "p99", "max"))
-        time = " / ".join(_dist(s.completion_s, k, format_seconds) for k in ("p50", "p99", "max"))
-        slow = " / ".join(_dist(s.slowdown, k, lambda v: _u(v) + "×")
-                          for k in ("p50", "p99", "max"))
-        table.add_row(s.policy, escape(s.workload), p100, time, slow,
-                      f"{s.stalled_sets:,}" + (" (job stalls)" if s.stalled_sets else ""))
+        cells = [" / ".join(_dist(dist, k, fmt) for k in keys)
+                 for dist, fmt in ((s.p100_utilisation, _u), (s.completion_s, format_seconds),
+                                   (s.slowdown, _times), (s.fabric_slowdown, _times))]
+        stalled = (f"{s.stalled_sets:,}" + (" (job stalls)" if s.stalled_sets else "")
+                   if n > 1 else ("yes (job stalls)" if s.stalled_sets else "no"))
+        table.add_row(s.policy, escape(s.workload), *cells, stalled)
     return table
 
 

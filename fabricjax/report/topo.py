@@ -6,6 +6,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
+from fabricjax.fabric.bom import ratio_text
+
 
 def topo_table(summary: dict) -> Table:
     table = Table(title="Fabric", title_justify="left", show_header=False)
@@ -54,19 +56,27 @@ def _ports(b: dict) -> str:
     return f"{b['planes']} × {b['port_gbps']:g}G, radix {b['radix']}"
 
 
-def bom_lines(designs: list[dict]) -> list[str]:
+def _ports_and_split(b: dict) -> str:
+    down, up = b.get("t0_down_up", (1, 1))
+    return _ports(b) + ("" if down == up else f", {ratio_text(down, up)} at T0")
+
+
+def bom_lines(designs: list[dict], note: str | None = None) -> list[str]:
     """The comparison in words: the first design against each baseline, in total and per
-    GPU (the fair figure when a baseline serves fewer GPUs)."""
+    GPU (the fair figure when a baseline serves fewer GPUs), then `note` (why there is no
+    baseline, or how it differs) as a line of its own."""
     lines = []
     first = designs[0]
     for other in designs[1:]:
         per = {k: (first[k] / first["gpus"]) / (other[k] / other["gpus"])
                for k in ("switches", "modules", "watts")}
         lines.append(
-            f"{_ports(first)} ({first['tiers']} tiers) against {_ports(other)} "
-            f"({other['tiers']} tiers, {other['gpus']:,} GPUs), per GPU: "
-            f"{per['switches']:.2f}x the switches, {per['modules']:.2f}x the optics, "
+            f"{_ports_and_split(first)} ({first['tiers']} tiers) against "
+            f"{_ports_and_split(other)} ({other['tiers']} tiers, {other['gpus']:,} GPUs), "
+            f"per GPU: {per['switches']:.2f}x the switches, {per['modules']:.2f}x the optics, "
             f"{per['watts']:.2f}x the power")
+    if note:
+        lines.append(f"single-plane baseline: {note}")
     return lines
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from fabricjax.config import FailuresConfig, Scenario
 from fabricjax.engine.batch import null_set_outcome, solve_failure_sets
-from fabricjax.engine.phase import slot_links_host
+from fabricjax.engine.phase import line_rate_time_s, nic_rate, slot_links_host
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import kind_counts, sample_failures
 from fabricjax.metrics import failure_set_records, phase_duration_s
@@ -66,10 +66,13 @@ def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Colle
                 results.append(solve_failure_sets(
                     policy, scenario, fabric, phase.flows, baseline[(policy, item)][index],
                     batch, (collective.stream, index), advance))
-            ideal = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time)))
-                        for p, o in zip(collective.phases, baseline[(policy, item)]))
+            endpoint = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time)))
+                           for p, o in zip(collective.phases, baseline[(policy, item)]))
+            line_rate = sum(float(phase_duration_s(scenario, p,
+                                                   line_rate_time_s(p.flows, nic_rate(fabric))))
+                            for p in collective.phases)
             recs, summary = failure_set_records(policy, collective, results, fabric, scenario,
-                                                batch, ideal, window)
+                                                batch, line_rate, endpoint, window)
             records.extend(recs)
             summaries.append(summary)
     cfg = scenario.failures
@@ -114,7 +117,7 @@ def reliability_whatif(scenario: Scenario, fabric: AnyFabric, collectives: list[
     cable or NIC port is used when either of its directions carries traffic)."""
     rel = scenario.reliability
     cfg = scenario.failures or FailuresConfig()
-    (host0, host1), (up0, up1) = fabric.tier_bounds[0], fabric.tier_bounds[1]
+    (host0, host1), (up0, up1) = fabric.layout_bounds[0], fabric.layout_bounds[1]
     fabric_cables, nic_total = up1 - up0, host1 - host0
     switches_total = fabric.num_nodes - fabric.gpus
     fabric_rate = (rel.link_failures_per_hour * fabric_cables +

@@ -1,0 +1,48 @@
+"""The wheel installs cleanly: the package and its command-line app under names of their own
+(no top-level `cli` in site-packages to collide with another project's), and the installed
+`fabricjax` script runs from a fresh environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_installs_into_a_fresh_environment(tmp_path):
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+         "-w", str(tmp_path / "dist"), str(REPO)],
+        capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("fabricjax-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert "fabricjax" in tops and "fabricjax_cli" in tops
+    assert "cli" not in tops and "tests" not in tops and "bench" not in tops
+
+    env_dir = tmp_path / "env"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
+                              "--no-index", str(wheel)], capture_output=True, text=True,
+                             timeout=300)
+    assert install.returncode == 0, install.stderr
+    # the dependencies come from this test's environment (PYTHONPATH: no .pth files run, so
+    # its editable install of the checkout stays out), the package from the wheel
+    deps = sysconfig.get_paths()["purelib"]
+    env = dict(os.environ, PYTHONPATH=deps)
+    run = subprocess.run([str(env_dir / "bin" / "fabricjax"), "--version"], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().startswith("fabricjax ")
+    where = subprocess.run([str(python), "-c", "import fabricjax_cli, fabricjax; "
+                            "print(fabricjax_cli.__file__); print(fabricjax.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+    assert where.returncode == 0, where.stderr
+    assert all(str(env_dir) in line for line in where.stdout.split()), where.stdout
