@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
-        bench-collectives bench-incidence clean
+        bench-collectives bench-incidence bench-coldstart clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ bench-collectives: $(STAMP)
 # issue 15: link loads on stored paths, segment_sum against the BCOO incidence matrix
 bench-incidence: $(STAMP)
 	$(BIN)/python bench/bench_incidence.py
+
+# issue 16: a one-off question's wall time, cold and warm cache, and where it goes
+bench-coldstart: $(STAMP)
+	$(BIN)/python bench/bench_coldstart.py | tee bench/coldstart_last_run.log
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -163,6 +163,10 @@ def analyze(
         "--sensitivity", help="Name the links whose upgrade would most shorten each "
         "collective (the gradient of its time and P100 with respect to link capacity).")
     ] = False,
+    cache_dir: Annotated[Optional[str], typer.Option(
+        "--cache-dir", metavar="DIR|off", help="Keep compiled programs in DIR for the next "
+        "run (default: $FABRICJAX_CACHE_DIR, else ~/.cache/fabricjax/xla); off: compile "
+        "afresh.")] = None,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar; tables only.")] = False,
 ) -> None:
@@ -181,6 +185,7 @@ def analyze(
     _check_output(json_path, "--json", scenario)
     _check_plot_dir(plot)
     _select_device(device, devices, distributed)
+    _enable_cache(cache_dir)
     from fabricjax.core.devices import is_leader
     from fabricjax.core.errors import ScenarioError
     from fabricjax.engine.plan import available_memory, check_memory
@@ -283,6 +288,17 @@ def _select_device(name: Optional[str], count: Optional[int], distributed: bool)
         _fail(f"--devices: {error}")
 
 
+def _enable_cache(option: Optional[str]) -> None:
+    """The persistent compilation cache (`--cache-dir`, FABRICJAX_CACHE_DIR, the default
+    folder), before anything compiles; a folder that cannot be used is one line and exit 2."""
+    from fabricjax.core.cache import CacheError, enable_compile_cache
+
+    try:
+        enable_compile_cache(option)
+    except CacheError as error:
+        _fail(f"--cache-dir: {error}" if option is not None else str(error))
+
+
 def _distributed_env() -> tuple:
     """(coordinator, processes, process id) from the environment; None where unset (JAX then
     asks the cluster: SLURM, Open MPI)."""
@@ -365,6 +381,10 @@ def sweep(
     plot: Annotated[Optional[str], typer.Option(
         "--plot", metavar="DIR", help="Write sweep curves (metric vs the first swept field, one "
         "line per policy) as PNG files into DIR.")] = None,
+    cache_dir: Annotated[Optional[str], typer.Option(
+        "--cache-dir", metavar="DIR|off", help="Keep compiled programs in DIR for the next "
+        "run (default: $FABRICJAX_CACHE_DIR, else ~/.cache/fabricjax/xla); off: compile "
+        "afresh.")] = None,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar; the table only.")] = False,
 ) -> None:
@@ -390,6 +410,7 @@ def sweep(
             check_memory(point.scenario, limit, option="available now")
     except ScenarioError as error:
         _fail(f"{scenario}: point {point.label}: {error}")
+    _enable_cache(cache_dir)
     result = _computing(lambda: _run_sweep(points, quiet), scenario)
     from fabricjax.report.tables import sweep_table
     from fabricjax.sweep import sweep_legend, sweep_table_rows, write_csv, write_json
@@ -494,6 +515,35 @@ def export(
         _fail(str(error.with_source(str(scenario))))
     out.print(f"wrote {matrix.num_flows:,} flows of {escape(matrix.source)} to "
               f"{escape(_printable(output))}", highlight=False)
+
+
+@app.command()
+def cache(
+    cache_dir: Annotated[Optional[str], typer.Option(
+        "--cache-dir", metavar="DIR", help="The cache folder to look at (default: "
+        "$FABRICJAX_CACHE_DIR, else ~/.cache/fabricjax/xla).")] = None,
+    clear: Annotated[bool, typer.Option(
+        "--clear", help="Delete every compiled program in it.")] = False,
+) -> None:
+    """Where the compilation cache is, how many programs and bytes it holds; --clear empties
+    it (the next run compiles afresh)."""
+    from fabricjax.core.cache import (ENV_DIR, cache_dir as chosen_dir, cache_usage,
+                                      clear_cache, max_bytes)
+    from fabricjax.core.units import format_bytes
+
+    folder = chosen_dir(cache_dir)
+    if folder is None:
+        out.print(f"compilation cache: off (--cache-dir or {ENV_DIR} says off)",
+                  highlight=False)
+        return
+    if clear:
+        removed = clear_cache(folder)
+        out.print(f"cleared {removed:,} compiled programs from {escape(_printable(folder))}",
+                  highlight=False)
+        return
+    programs, size = cache_usage(folder)
+    out.print(f"compilation cache: {escape(_printable(folder))}: {programs:,} programs, "
+              f"{format_bytes(size)} (bounded at {format_bytes(max_bytes())})", highlight=False)
 
 
 def main() -> None:

@@ -9,6 +9,13 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The suite's own compilation cache (never the user's): the command-line tests run the real
+# process, which compiles the same phase programs as the in-process tests and each other;
+# with one folder for the session (and the next local run) they load them instead.
+# FABRICJAX_CACHE_DIR=off in the environment runs the suite without it.
+os.environ.setdefault("FABRICJAX_CACHE_DIR", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest_cache",
+    "fabricjax-xla"))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -22,9 +29,12 @@ settings.register_profile("dev")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
                                      "ci" if os.environ.get("CI") else "dev"))
 
+from fabricjax.core.cache import enable_compile_cache
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.config import FabricConfig
 from fabricjax.scenario import parse_scenario
+
+enable_compile_cache()
 
 # rtol/atol per dtype. float32: the solver's own saturation slack is 1e-5 relative, and a few
 # rounds of f32 sums each lose ~1e-7; 1e-4 leaves room for both without hiding real errors

@@ -18,6 +18,7 @@ from typing import Callable
 import jax
 import numpy as np
 
+from fabricjax.core.cache import cache_record
 from fabricjax.core.version import __version__
 from fabricjax.config import Scenario
 from fabricjax.core.devices import device_record
@@ -43,6 +44,7 @@ def versions() -> dict:
         "numpy": np.__version__,
         "python": platform.python_version(),
         **device_record(),
+        **cache_record(),
     }
 
 
