@@ -297,14 +297,22 @@ def slowest_flows(fabric: AnyFabric, flows, outcome: PhaseOutcome) -> np.ndarray
     weights = np.asarray(outcome.weights, np.float64)
     count, slots = weights.shape
     chunk = max(1, ENTRIES_PER_CHUNK // max(1, slots * 4))
+    kept = count * slots * 4 <= 8 * ENTRIES_PER_CHUNK    # small enough to keep between passes
+    cache: list = []
 
     def chunks():
+        if cache:
+            yield from cache
+            return
         for start in range(0, count, chunk):   # chunks of flows, not a loop over flows
             stop = min(count, start + chunk)
             part = dataclasses.replace(outcome, plane=outcome.plane[start:stop],
                                        choice=outcome.choice[start:stop])
             links = slot_links_host(fabric, flows.take(slice(start, stop)), part)
-            yield start, stop, np.asarray(links, np.int64)
+            item = (start, stop, np.asarray(links, np.int32))
+            if kept:
+                cache.append(item)
+            yield item
 
     growth = np.zeros(num_links + 1)
     for start, stop, links in chunks():
