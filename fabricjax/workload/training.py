@@ -263,8 +263,8 @@ def _overlap(item: TrainingConfig, pp: int) -> dict:
     micro-batch when ZeRO 2 or 3 reduces per micro-batch); everything else is exposed."""
     t = item.microbatch_compute_s
     model = item.model
-    passes = BACKWARD_PASSES + (1 if model.recompute else 0)
-    backward = BACKWARD_PASSES / (passes + 1)
+    recompute = 1 if model.recompute else 0      # the recomputed forward runs in the backward
+    backward = (BACKWARD_PASSES + recompute) / (BACKWARD_PASSES + 1 + recompute)
     per_microbatch = item.parallel.zero >= 2
     rule = (f"DP overlaps the backward pass ({backward:.2g} of a micro-batch's compute) of "
             + ("every micro-batch" if per_microbatch else "the last micro-batch")
