@@ -2,9 +2,10 @@
 fabricjax's own writer (fabricjax.workload.et), for scenarios/chakra-example.yaml.
 
 16 ranks as Megatron-LM orders them (tp 2, dp 4, pp 2; rank = t + 2 (d + 4 p)), 2 micro-
-batches in GPipe order (all forwards, then all backwards): each micro-batch's forward runs a tensor-parallel
-all-reduce, stage 0 sends the activation to stage 1; the backward runs the all-reduce again
-and stage 1 sends the gradient back; then each data-parallel group all-reduces its gradients.
+batches in GPipe order (all forwards, then all backwards): each micro-batch's forward runs a
+tensor-parallel all-reduce and stage 0 sends the activation to stage 1; the backward runs the
+all-reduce again and stage 1 sends the gradient back; then each data-parallel group
+all-reduces its gradients.
 Compute nodes sit between the communication (their durations are not modelled). Process
 groups are named by integers (as ASTRA-sim wants) in comm_group.json, labelled by pg_desc.
 
