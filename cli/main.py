@@ -204,8 +204,9 @@ def analyze(
     from fabricjax.core.output import write_json_atomic
     from fabricjax.report.json import report_dict
     from fabricjax.report.tables import (adaptation_table, bottleneck_lines, fabric_line,
-                                         flow_table, sharing_table, time_table, trace_lines,
-                                         utilisation_table)
+                                         flow_table, sharing_table, step_lines,
+                                         step_summary_table, step_table, time_table,
+                                         trace_lines, utilisation_table)
 
     if json_path is not None:   # first: a closed pipe on stdout must not cost the report
         write_json_atomic(report_dict(report), json_path)
@@ -227,6 +228,11 @@ def analyze(
     for lines in (trace_lines(report), bottleneck_lines(report)):
         for index, line in enumerate(lines):   # a heading, then its lines indented
             out.print(f"{'  ' if index else ''}{escape(line)}", highlight=False)
+    for table in (step_table(report), step_summary_table(report)):
+        if table is not None:
+            out.print(table)
+    for line in step_lines(report):
+        out.print(f"  {escape(line)}", highlight=False)
     if report.failures is not None:
         from fabricjax.report.tables import (failure_header, failure_lines, failure_table,
                                              transient_table)

@@ -24,7 +24,7 @@ MIN_RATE_GBPS, MAX_RATE_GBPS = 1e-3, 1e5
 MAX_SIZE_BYTES = 2.0**60
 MAX_LINK_ID = 2**31 - 2   # link ids and the sentinel (one past the last link) are int32
 COLLECTIVES = ("permutation", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-               "incast", "send-recv", "traffic")
+               "incast", "send-recv", "traffic", "training", "chakra")
 PLACEMENTS = ("contiguous", "random", "strided", "explicit")
 
 
@@ -213,9 +213,81 @@ class TrafficConfig(_WorkloadBase):
     format: Literal["auto", "csv", "npz", "htsim"] = "auto"
 
 
+class ModelConfig(_Strict):
+    """The model of a `training` item: a transformer of `layers` x `hidden` (attention 4h^2
+    and an MLP of 2 h ffn_hidden parameters per layer, 3 h ffn_hidden when `gated_mlp`;
+    `parameters`, when given, rescales that count to the total); `sequence` tokens per sample,
+    `micro_batch` samples per micro-batch, `micro_batches` micro-batches per step (gradient
+    accumulation); bytes per element of activations, gradients and parameters. `experts` > 0
+    makes every `moe_every`-th layer a mixture of experts routing each token to `top_k` of
+    them. `recompute`: full activation recomputation (the backward pass repeats the forward's
+    tensor- and expert-parallel communication)."""
+
+    layers: int = Field(ge=1, le=1_000_000)
+    hidden: int = Field(ge=1, le=10**7)
+    ffn_hidden: int | None = Field(None, ge=1, le=10**8)
+    gated_mlp: bool = False
+    parameters: float | None = Field(None, gt=0.0, le=1e16)
+    sequence: int = Field(2048, ge=1, le=10**8)
+    micro_batch: int = Field(1, ge=1, le=10**6)
+    micro_batches: int = Field(1, ge=1, le=10**6)
+    activation_bytes: float = Field(2.0, gt=0.0, le=64.0)
+    gradient_bytes: float = Field(2.0, gt=0.0, le=64.0)
+    parameter_bytes: float = Field(2.0, gt=0.0, le=64.0)
+    experts: int = Field(0, ge=0, le=1_000_000)
+    top_k: int = Field(2, ge=1, le=1_000_000)
+    moe_every: int = Field(1, ge=1, le=1_000_000)
+    recompute: bool = False
+
+
+class ParallelConfig(_Strict):
+    """How a `training` item is split: `tp` (tensor), `pp` (pipeline) and `dp` (data; default:
+    the item's GPUs / (tp x pp)) ranks; `ep` expert-parallel ranks carved out of the
+    data-parallel ones (as Megatron-LM does); `zero`: 0 all-reduces gradients, 1 and 2
+    shard the optimizer (reduce-scatter gradients, all-gather parameters; 2 reduce-scatters
+    after every micro-batch), 3 shards parameters too (FSDP: all-gather them in the forward
+    and the backward of every micro-batch). `order`: how ranks map onto the item's GPUs,
+    fastest-varying first (Megatron-LM's default is tp-dp-pp: TP inside a server, then DP,
+    then PP)."""
+
+    tp: int = Field(1, ge=1, le=1_000_000)
+    pp: int = Field(1, ge=1, le=1_000_000)
+    dp: int | None = Field(None, ge=1, le=1_000_000)
+    ep: int = Field(1, ge=1, le=1_000_000)
+    zero: Literal[0, 1, 2, 3] = 0
+    order: Literal["tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp",
+                   "pp-dp-tp"] = "tp-dp-pp"
+
+
+class TrainingConfig(_WorkloadBase):
+    """One training step of a model split over its GPUs (README, "Training steps"): every
+    process group's collectives at once, phase by phase: tensor-parallel all-reduces,
+    pipeline sends, expert all-to-alls, data-parallel gradient reduction.
+    `microbatch_compute_s`: the forward plus backward compute of one micro-batch on one
+    pipeline stage (seconds), for the exposed communication and the step time."""
+
+    collective: Literal["training"]
+    model: ModelConfig
+    parallel: ParallelConfig = ParallelConfig()
+    microbatch_compute_s: float | None = Field(None, ge=0.0, le=1e6)
+
+
+class ChakraConfig(_WorkloadBase):
+    """A step from Chakra execution traces (MLCommons; what ASTRA-sim reads): `folder` holds
+    one `<prefix>.<rank>.et` file per rank, relative to the scenario's folder. Process groups
+    come from `comm_groups` (ASTRA-sim's communicator-group JSON, {pg_name: [ranks]}, relative
+    to the trace folder; default: its comm_group.json when present) or else from the ranks
+    that use them. Trace rank r runs on the item's r-th GPU (ascending id)."""
+
+    collective: Literal["chakra"]
+    folder: str = Field(min_length=1, max_length=4096)
+    comm_groups: str | None = Field(None, min_length=1, max_length=4096)
+
+
 WorkloadConfig = Annotated[
     Union[PermutationConfig, AllReduceConfig, AllGatherConfig, ReduceScatterConfig,
-          AllToAllConfig, IncastConfig, SendRecvConfig, TrafficConfig],
+          AllToAllConfig, IncastConfig, SendRecvConfig, TrafficConfig, TrainingConfig,
+          ChakraConfig],
     Field(discriminator="collective"),
 ]
 

@@ -3,25 +3,29 @@ with and without failures. Plain numpy on the host; nothing here solves anything
 
 Contract: `collective_record` turns a collective's `engine.phase.PhaseOutcome`s (one per
 phase) into a `results.PolicyRecord` (utilisation tail of the busiest phase, completion,
-ideal, busbw, status, bottlenecks, the progressive figures); `failure_set_records` turns the
+line-rate and endpoint-bound times, busbw, status, bottlenecks, the progressive figures); `failure_set_records` turns the
 `engine.batch.SetOutcome`s of every failure set into per-set JSON records and a
 `results.FailureSummary`. `phase_duration_s` is the one place a phase's fabric time becomes
-its duration (repeats, scale-up flows, step latency).
+its duration (repeats, scale-up flows, step latency). `step_record` splits a training step's
+(or trace's) record by parallel dimension, names each dimension's slowest process group
+(`slowest_flows`: the flows progressive filling freezes first) and applies the step's overlap
+rule.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 
 from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
 from fabricjax.engine.batch import STALLED_SHOWN
-from fabricjax.engine.phase import PhaseOutcome, line_rate_time_s, nic_rate
+from fabricjax.engine.phase import PhaseOutcome, line_rate_time_s, nic_rate, slot_links_host
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch
-from fabricjax.results import FailureSummary, PolicyRecord
+from fabricjax.results import FailureSummary, PolicyRecord, StepRecord
 from fabricjax.workload.flows import Collective, Phase
 
 OK, ITERATION_CAP, LOST_PLANE = int(Status.OK), int(Status.ITERATION_CAP), int(Status.LOST_PLANE)
@@ -291,3 +295,151 @@ def failure_set_records(policy: str, collective: Collective, results: list, fabr
     return records, summary
 
 
+
+
+# --------------------------------------------------------------------------- training steps
+
+SLOWEST_RTOL = 1e-5       # flows within this of the slowest rate count as the slowest
+ENTRIES_PER_CHUNK = 1 << 22   # (flow, slot, hop) entries per host pass of `slowest_flows`
+GROUP_GPUS_SHOWN = 8
+
+
+def slowest_flows(fabric: AnyFabric, flows, outcome: PhaseOutcome) -> np.ndarray | None:
+    """bool[F]: the flows of a phase that progressive filling freezes first, i.e. the ones
+    at the phase's slowest max-min rate, from the split the phase ran on (None when it was
+    solved as classes). The first level of filling is min(capacity / weight crossing each
+    link, each flow's NIC cap), as `solver.maxmin.slowest_rate`; a flow is at it when one of
+    its links (or its cap) sets it. Host numpy, in chunks of flows."""
+    if outcome.plane is None or outcome.weights is None or flows.num_flows == 0:
+        return None
+    num_links = fabric.num_links
+    weights = np.asarray(outcome.weights, np.float64)
+    count, slots = weights.shape
+    chunk = max(1, ENTRIES_PER_CHUNK // max(1, slots * 4))
+    kept = count * slots * 4 <= 8 * ENTRIES_PER_CHUNK    # small enough to keep between passes
+    cache: list = []
+
+    def chunks():
+        if cache:
+            yield from cache
+            return
+        for start in range(0, count, chunk):   # chunks of flows, not a loop over flows
+            stop = min(count, start + chunk)
+            part = dataclasses.replace(outcome, plane=outcome.plane[start:stop],
+                                       choice=outcome.choice[start:stop])
+            links = slot_links_host(fabric, flows.take(slice(start, stop)), part)
+            item = (start, stop, np.asarray(links, np.int32))
+            if kept:
+                cache.append(item)
+            yield item
+
+    growth = np.zeros(num_links + 1)
+    for start, stop, links in chunks():
+        w = np.broadcast_to(weights[start:stop, :, None], links.shape)
+        growth += np.bincount(links.reshape(-1), weights=w.reshape(-1), minlength=num_links + 1)
+    capacity = np.append(np.asarray(fabric.capacity, np.float64), np.inf)
+    share = np.where(growth > 0, capacity / np.where(growth > 0, growth, 1.0), np.inf)
+    share[num_links] = np.inf
+    bound = np.full(count, np.inf)
+    for start, stop, links in chunks():
+        used = weights[start:stop, :, None] > 0
+        bound[start:stop] = np.min(np.where(used, share[links], np.inf), axis=(1, 2))
+    carried = 1.0 if outcome.carried is None else np.asarray(outcome.carried, np.float64)
+    cap = np.asarray(fabric.gpu_nic_gbps, np.float64)[flows.src] * carried
+    rate = np.minimum(bound, np.where(weights.sum(axis=1) > 0, cap, np.inf))
+    sending = (flows.size > 0) & np.isfinite(rate)
+    if not np.any(sending):
+        return None
+    slowest = rate[sending].min()
+    return sending & (rate <= slowest * (1 + SLOWEST_RTOL))
+
+
+def _dimension_row(dim, indices: list[int], collective: Collective,
+                   outcomes: list[PhaseOutcome], fabric: AnyFabric, scenario: Scenario,
+                   finished: bool) -> dict:
+    """One dimension of a step record (see `step_record`)."""
+    plan = collective.step
+    phases = [collective.phases[i] for i in indices]
+    results = [outcomes[i].result for i in indices]
+    durations = [float(phase_duration_s(scenario, p, float(r.phase_time)))
+                 for p, r in zip(phases, results)]
+    nic = nic_rate(fabric)
+    line_rate = sum(float(phase_duration_s(scenario, p, line_rate_time_s(p.flows, nic)))
+                    for p in phases)
+    endpoint = sum(float(phase_duration_s(scenario, p, float(r.ideal_time)))
+                   for p, r in zip(phases, results))
+    time = sum(durations) if finished else None
+    row = {"dimension": dim.name, "collectives": dim.collectives, "groups": dim.groups,
+           "group_size": dim.group_size, "bytes_per_gpu": dim.bytes_per_gpu,
+           "phases": len(indices), "steps": sum(p.repeat for p in phases),
+           "time_s": time, "line_rate_s": line_rate, "endpoint_bound_s": endpoint,
+           "slowdown": time / line_rate if time is not None and line_rate > 0 else None,
+           "fabric_slowdown": time / endpoint if time is not None and endpoint > 0 else None,
+           "busbw_gbps": (dim.bytes_per_gpu * 8e-9 / time if time else None),
+           "line_rate_busbw_gbps": (dim.bytes_per_gpu * 8e-9 / line_rate if line_rate > 0
+                                    else None),
+           "bound_by": None, "slowest_phase": None, "slowest_group": None,
+           "slowest_group_gpus": [], "groups_at_slowest": None, "groups_in_phase": None,
+           "bottleneck_links": []}
+    if not indices:
+        return row
+    k = int(np.argmax(durations))
+    phase, outcome, result = phases[k], outcomes[indices[k]], results[k]
+    row["slowest_phase"] = phase.name
+    fabric_time = float(result.phase_time)
+    if phase.scaleup_time >= fabric_time and phase.scaleup_flows:
+        row["bound_by"] = "scale-up"
+        return row
+    row["bound_by"] = "fabric"
+    row["bottleneck_links"] = [
+        {"link": fabric.link_name(int(l)), "utilisation": float(u)}
+        for l, u in list(zip(result.top_links, result.top_util))[:3] if np.isfinite(u)]
+    group = phase.flows.group
+    if group is None:
+        return row
+    row["groups_in_phase"] = int(np.unique(group).shape[0])
+    flags = slowest_flows(fabric, phase.flows, outcome)
+    if flags is None:
+        return row
+    ids, counts = np.unique(group[flags], return_counts=True)
+    worst = int(ids[np.argmax(counts)])
+    gpus = plan.group_gpus[worst]
+    row["slowest_group"] = plan.group_names[worst]
+    row["slowest_group_gpus"] = [int(g) for g in gpus[:GROUP_GPUS_SHOWN]]
+    row["groups_at_slowest"] = int(ids.shape[0])
+    return row
+
+
+def step_record(record: PolicyRecord, collective: Collective, outcomes: list[PhaseOutcome],
+                fabric: AnyFabric, scenario: Scenario) -> StepRecord:
+    """The step record of a training item or trace (`collective.step`): per dimension the
+    summed duration of its phases, its share of the step's communication, bytes and busbw
+    per GPU (bytes_per_gpu / time), what bounds its longest phase (the fabric or the
+    scale-up domain), that phase's most utilised links and slowest process group; then the
+    overlap rule: the overlapped dimensions hide up to `overlap_window_s` of their time under
+    the compute, the rest is exposed."""
+    plan = collective.step
+    finished = record.completion_s is not None
+    rows = []
+    for dim in plan.dimensions:
+        indices = [i for i, p in enumerate(collective.phases) if p.dimension == dim.name]
+        rows.append(_dimension_row(dim, indices, collective, outcomes, fabric, scenario,
+                                   finished))
+    comm = record.completion_s
+    for row in rows:
+        row["share"] = row["time_s"] / comm if comm and row["time_s"] is not None else None
+    dominant = (max(rows, key=lambda r: r["time_s"])["dimension"]
+                if finished and rows else None)
+    compute = overlapped = exposed = step = None
+    if plan.compute_s is not None and finished:
+        hideable = sum(r["time_s"] for r in rows if r["dimension"] in plan.overlapped)
+        overlapped = min(hideable, plan.overlap_window_s)
+        exposed = comm - overlapped
+        compute = plan.compute_s
+        step = compute + exposed
+    return StepRecord(policy=record.policy, workload=record.workload, gpus=record.gpus,
+                      plan=collective.algorithm, comm_s=comm, line_rate_s=record.line_rate_s,
+                      endpoint_bound_s=record.endpoint_bound_s,
+                      dominant=dominant, dimensions=rows, compute_s=compute,
+                      overlapped_s=overlapped, exposed_s=exposed, step_s=step,
+                      overlap_rule=plan.overlap_rule, status=record.status)

@@ -55,6 +55,37 @@ class PolicyRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class StepRecord:
+    """A training step (or Chakra trace) under one policy, split by parallel dimension.
+
+    `comm_s`: the step's communication, its phases one after another (the record's
+    completion_s); `dimensions`: one dict per dimension (time, share, bytes and busbw per GPU,
+    the slowest process group and the links that bound it); with a compute time, `compute_s`
+    of the step, the communication hidden under it (`overlapped_s`, by `overlap_rule`), the
+    rest (`exposed_s`) and `step_s` = compute + exposed. None where not computed (a stalled
+    flow, no compute time given)."""
+
+    policy: str
+    workload: str
+    gpus: int
+    plan: str
+    comm_s: float | None
+    line_rate_s: float          # the step's communication at line rate (PolicyRecord's)
+    endpoint_bound_s: float     # and on a perfect network (the busiest NIC)
+    dominant: str | None
+    dimensions: list
+    compute_s: float | None = None
+    overlapped_s: float | None = None
+    exposed_s: float | None = None
+    step_s: float | None = None
+    overlap_rule: str = ""
+    status: str = "ok"
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class SharingRow:
     """One job under one policy: its completion alone on the fabric and sharing it with the
     scenario's other jobs (None when a flow stalls), together / alone, and the flags of the
@@ -154,6 +185,7 @@ class Report:
     sharing: list | None = None      # SharingRow per policy and job, with two or more jobs
     sensitivity: list | None = None  # with --sensitivity: {policy, workload, links} per item
     versions: dict | None = None     # fabricjax, JAX, numpy, Python and the device
+    steps: list | None = None        # StepRecord per policy and training item or trace
     # what the reports say of each policy, {name: {"label", "residual"}} (not in the JSON:
     # the policies' declarations, so renderers never ask a policy's name)
     policies: dict | None = None

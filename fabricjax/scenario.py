@@ -21,12 +21,14 @@ import yaml
 from pydantic import BaseModel
 
 from fabricjax.config import (COLLECTIVES, AllReduceConfig, PermutationConfig, RankedConfig,
-                              Scenario, SendRecvConfig, TrafficConfig, job_size)
+                              Scenario, SendRecvConfig, TrafficConfig, TrainingConfig,
+                              job_size)
 from fabricjax.core.errors import ScenarioError, one_line, short_repr
 from fabricjax.fabric.build import build
 from fabricjax.fabric.failures import check_failures
 from fabricjax.fabric.spec import check_fabric
 from fabricjax.workload.build import traffic_flow_counts
+from fabricjax.workload.flows import MAX_PHASE_FLOWS
 
 
 def check_policies(scenario: Scenario) -> None:
@@ -93,6 +95,8 @@ def check_workload(scenario: Scenario) -> None:
         if isinstance(item, SendRecvConfig) and size % 2:
             raise ScenarioError(field, f"send-recv pairs the ranks, so the GPU count must be "
                                 f"even (got {size})")
+        if isinstance(item, TrainingConfig):
+            check_training(item, size, f"{section}[{i}]")
     jobs = scenario.jobs
     if jobs:
         total = sum(job_size(job, n) for job in jobs)
@@ -108,6 +112,47 @@ def check_workload(scenario: Scenario) -> None:
                                         f"jobs[{owner[gpu]}]'s; jobs run on disjoint GPUs")
                 owner[gpu] = i
 
+
+
+def check_training(item: TrainingConfig, size: int, field: str) -> None:
+    """A parallelism plan that fits its GPUs and its model: tp x pp x dp = GPUs, whole
+    layers per stage, experts split evenly over the expert-parallel ranks."""
+    par, model = item.parallel, item.model
+    if size % (par.tp * par.pp):
+        raise ScenarioError(f"{field}.parallel", f"tp x pp = {par.tp * par.pp} does not divide "
+                            f"the item's {size} GPUs; allowed: tp x pp x dp = {size}")
+    dp = size // (par.tp * par.pp)
+    if par.dp is not None and par.dp != dp:
+        raise ScenarioError(f"{field}.parallel.dp", f"tp {par.tp} x pp {par.pp} x dp {par.dp} "
+                            f"= {par.tp * par.pp * par.dp}, but the item has {size} GPUs; "
+                            f"allowed: dp {dp} (or leave dp out)")
+    if model.layers % par.pp:
+        raise ScenarioError(f"{field}.model.layers", f"{model.layers} layers cannot be split "
+                            f"evenly over pp {par.pp} stages; allowed: a multiple of {par.pp}")
+    if par.ep > 1 and model.experts == 0:
+        raise ScenarioError(f"{field}.parallel.ep", f"ep {par.ep} needs a mixture of experts; "
+                            "allowed: model.experts > 0, or ep 1")
+    if par.ep > 1 and dp % par.ep:
+        raise ScenarioError(f"{field}.parallel.ep", f"expert-parallel ranks are carved out of "
+                            f"the dp {dp} data-parallel ones; allowed: an ep that divides {dp}")
+    if model.experts:
+        if model.experts % par.ep:
+            raise ScenarioError(f"{field}.model.experts", f"{model.experts} experts cannot be "
+                                f"spread evenly over ep {par.ep}; allowed: a multiple of "
+                                f"{par.ep}")
+        if model.top_k > model.experts:
+            raise ScenarioError(f"{field}.model.top_k", f"top_k {model.top_k} exceeds the "
+                                f"{model.experts} experts; allowed: 1..{model.experts}")
+        stage = model.layers // par.pp
+        if stage % model.moe_every:
+            raise ScenarioError(f"{field}.model.moe_every", f"every pipeline stage has {stage} "
+                                f"layers, not a multiple of moe_every {model.moe_every}; "
+                                "allowed: a divisor of the layers per stage")
+    flows = size * max(par.ep - 1, 2)
+    if flows > MAX_PHASE_FLOWS:
+        raise ScenarioError(f"{field}.parallel.ep", f"the expert all-to-alls have {flows:,} "
+                            f"flows at once, more than the {MAX_PHASE_FLOWS:,} fabricjax builds; "
+                            "allowed: fewer GPUs or a smaller ep")
 
 
 # --------------------------------------------------------------------------- error messages

@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 import yaml
 
-from fabricjax.config import Scenario, TrafficConfig
+from fabricjax.config import ChakraConfig, Scenario, TrafficConfig
 from fabricjax.core.errors import ScenarioError, short_repr
 from fabricjax.core.output import write_json_atomic, write_text_atomic
 from fabricjax.core.units import format_seconds, value_text
@@ -42,6 +42,9 @@ _PART_RE = re.compile(rf"({_NAME})|\[([0-9]+)\]")
 METRICS = ("gpus", "p100_utilisation", "p99_utilisation", "completion_s", "slowdown",
            "fabric_slowdown", "busbw_gbps", "status")
 BOM_COLUMNS = ("switches", "optic_modules", "watts")   # the fabric's bill of materials
+# training steps add step_<dimension>_s (time per parallel dimension), step_exposed_s and
+# step_time_s (compute + exposed; None without a compute time)
+STEP_PREFIX = "step_"
 FAILURE_METRICS = ("failures_p100_p50", "failures_p100_p99", "failures_p100_max",
                    "failures_completion_p50_s", "failures_completion_p99_s",
                    "failures_completion_max_s", "stalled_sets")
@@ -221,10 +224,13 @@ def _assign(data: dict, parts: tuple, value: Any, path: str) -> None:
 
 
 def _traffic_key(scenario: Scenario) -> tuple:
-    """What a traffic item's flow count depends on: the file, its format, the job's GPUs."""
+    """What the flow counts of traffic items and Chakra traces depend on: the file or folder,
+    its format or groups, the job's GPUs."""
     return (scenario.fabric.gpus,
             tuple((s, i, item.file, item.format, str(item.gpus)) for s, i, item in scenario.items
-                  if isinstance(item, TrafficConfig)))
+                  if isinstance(item, TrafficConfig)),
+            tuple((s, i, item.folder, item.comm_groups, str(item.gpus))
+                  for s, i, item in scenario.items if isinstance(item, ChakraConfig)))
 
 
 def _blame(error: ScenarioError, axes: list[Axis], tokens: dict) -> str:
@@ -301,6 +307,7 @@ def point_rows(point: Point, report: Any) -> list[dict]:
     summaries = {}
     if getattr(report, "failures", None) is not None:
         summaries = {(s.policy, s.workload): s for s in report.failures.summaries}
+    steps = {(s.policy, s.workload): s for s in getattr(report, "steps", None) or []}
     cost = scenario_bom(point.scenario)
     rows = []
     for record in report.records:
@@ -313,6 +320,12 @@ def point_rows(point: Point, report: Any) -> list[dict]:
         summary = summaries.get((record.policy, record.workload))
         if summary is not None:
             row.update(_failure_figures(summary))
+        step = steps.get((record.policy, record.workload))
+        if step is not None:   # a training step: its time per dimension, exposed and in all
+            row.update({f"{STEP_PREFIX}{d['dimension']}_s": d["time_s"]
+                        for d in step.dimensions})
+            row.update({f"{STEP_PREFIX}exposed_s": step.exposed_s,
+                        f"{STEP_PREFIX}time_s": step.step_s})
         rows.append(row)
     return rows
 
@@ -361,6 +374,9 @@ def run_sweep(points: list[Point], *, progress: Callable[[str, int, int], None] 
         progress("done", total, total)
     paths = tuple(points[0].values) if points else ()
     columns = ("point", *paths, "policy", "workload", *METRICS, *BOM_COLUMNS)
+    step_columns = tuple(dict.fromkeys(k for row in rows for k in row
+                                       if k.startswith(STEP_PREFIX)))
+    columns += step_columns
     if any(set(FAILURE_METRICS) & set(row) for row in rows):
         columns += FAILURE_METRICS
     rows = [{c: row.get(c) for c in columns} for row in rows]
@@ -470,6 +486,8 @@ def sweep_table_rows(result: SweepResult) -> tuple[list[str], list[list[str]]]:
     headers = [*(names[p] for p in result.paths), "policy", "workload", "P100", "P99",
                "completion", "slowdown", "fabric slowdown", "busbw", "status", "switches",
                "optics", "kW"]
+    steps = [c for c in result.columns if c.startswith(STEP_PREFIX)]
+    headers += [c[len(STEP_PREFIX):-2] for c in steps]
     if failures:
         headers += ["fail P100 p99", "fail completion p99", "stalled sets"]
     rows = []
@@ -483,6 +501,7 @@ def sweep_table_rows(result: SweepResult) -> tuple[list[str], list[list[str]]]:
                   row["status"], f"{row['switches']:,}",
                   "—" if row["optic_modules"] is None else f"{row['optic_modules']:,}",
                   "—" if row["watts"] is None else f"{row['watts'] / 1e3:,.1f}"]
+        cells += [format_seconds(row[c]) if row[c] is not None else "—" for c in steps]
         if failures:
             completion = row["failures_completion_p99_s"]
             cells += [_u(row["failures_p100_p99"]),

@@ -38,7 +38,8 @@ LAYERS = {
 ORDER = {
     "fabricjax.core": ["version", "errors", "status", "registry", "units", "output", "devices"],
     "fabricjax.fabric": ["spec", "clos", "graph", "paths", "build", "failures", "bom"],
-    "fabricjax.workload": ["flows", "traffic", "collectives", "build"],
+    "fabricjax.workload": ["flows", "traffic", "et", "collectives", "training", "chakra",
+                           "build"],
     "fabricjax.solver": ["maxmin", "incidence", "progressive", "aggregate", "gradients"],
     "fabricjax.policies": ["base", "ecmp", "spray", "mrc", "optimal", "__init__"],
     "fabricjax.engine": ["plan", "phase", "batch"],

@@ -217,16 +217,32 @@ def phase_flows(item, fabric_gpus: int, traffic_flows: int | None = None) -> int
     """The most concurrent flows of one phase of a workload item or job of J GPUs: J for a
     permutation, a ring or halving-doubling step and send-recv, J - 1 for incast, 4(J - 1)
     for the double tree, J(J - 1) for an all-to-all, the file's flows for a traffic matrix
-    (counted when the scenario was loaded; J if unknown)."""
+    and the largest phase of a Chakra trace (counted when the scenario was loaded; J if
+    unknown). A training step: the largest of its phases, J for the TP and DP rings, 2J(pp-1)/pp
+    for the pipeline sends, J(ep - 1) for the expert all-to-alls."""
     j = job_size(item, fabric_gpus)
     kind = item.collective
-    if kind == "traffic":
+    if kind in ("traffic", "chakra"):
         return traffic_flows if traffic_flows is not None else j
+    if kind == "training":
+        return max(flows for flows, _ in training_phase_flows(item, j))
     if kind == "all-to-all":
         return j * (j - 1)
     if kind == "all-reduce" and item.algorithm == "tree":
         return 4 * (j - 1)
     return j - 1 if kind == "incast" else j
+
+
+def training_phase_flows(item, gpus: int) -> list[tuple[int, bool]]:
+    """(flows, uniform) of every kind of phase of a training step on `gpus` GPUs: the TP and
+    DP ring steps (one flow per GPU), the pipeline sends (2 per stage boundary and pipeline,
+    unequal out-degrees: never classes), the expert all-to-alls."""
+    par = item.parallel
+    out = [(gpus if par.tp > 1 or par.tp * par.pp < gpus else 0, True),
+           (2 * gpus * (par.pp - 1) // par.pp, False)]
+    if par.ep > 1:
+        out.append((gpus * (par.ep - 1), True))
+    return out
 
 
 def phase_candidates(scenario: Scenario) -> list[tuple[int, bool, bool]]:
@@ -237,8 +253,12 @@ def phase_candidates(scenario: Scenario) -> list[tuple[int, bool, bool]]:
     counts = scenario.traffic_flows
     out = []
     for section, i, item in scenario.items:
+        if item.collective == "training":
+            out += [(flows, uniform, True)
+                    for flows, uniform in training_phase_flows(item, job_size(item, n))]
+            continue
         flows = phase_flows(item, n, counts.get((section, i)))
-        uniform = item.collective != "traffic" and not (
+        uniform = item.collective not in ("traffic", "chakra") and not (
             item.collective == "all-to-all" and item.skew > 0)
         out.append((flows, uniform, True))
     if len(scenario.jobs) > 1:

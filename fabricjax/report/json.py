@@ -51,6 +51,7 @@ def report_dict(report: Report) -> dict:
         "sharing": ([r.as_dict() for r in report.sharing]
                     if report.sharing is not None else None),
         "sensitivity": report.sensitivity,
+        "steps": ([r.as_dict() for r in report.steps] if report.steps is not None else None),
     })
 
 

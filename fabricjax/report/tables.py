@@ -117,6 +117,74 @@ def flow_table(report: Report) -> Table | None:
     return table
 
 
+def step_table(report: Report) -> Table | None:
+    """Training steps (and traces): each policy's communication split by parallel dimension."""
+    if not report.steps:
+        return None
+    table = Table(title="Training step: communication by parallel dimension (phases one after "
+                  "another; slowdown = time / line-rate time; busbw in Gbit/s = bytes per GPU "
+                  "/ time)", title_justify="left")
+    for column in ("policy", "workload", "dim", "groups", "bytes/GPU", "time", "share",
+                   "slowdown", "busbw", "bound", "slowest group (n at slowest)",
+                   "worst link"):
+        table.add_column(column, justify="left" if column in (
+            "policy", "workload", "dim", "bound", "slowest group (n at slowest)",
+            "worst link") else "right")
+    for step in report.steps:
+        for row in step.dimensions:
+            group = "—"
+            if row["slowest_group"] is not None:
+                group = (f"{row['slowest_group']} ({row['groups_at_slowest']:,}/"
+                         f"{row['groups_in_phase']:,})")
+            elif row["bound_by"] == "fabric" and row["groups_in_phase"]:
+                group = "— (classes)"
+            links = row["bottleneck_links"]
+            link = f"{links[0]['link']} @{_u(links[0]['utilisation'])}" if links else "—"
+            share = row["share"]
+            table.add_row(step.policy, escape(step.workload), escape(row["dimension"]),
+                          f"{row['groups']:,} × {row['group_size']}",
+                          format_bytes(row["bytes_per_gpu"]), format_seconds(row["time_s"]),
+                          "—" if share is None else f"{100 * share:.1f}%",
+                          (_u(row["slowdown"]) + "×") if row["slowdown"] is not None else "—",
+                          _opt(row["busbw_gbps"], ".1f"), row["bound_by"] or "—",
+                          escape(group), escape(link))
+    return table
+
+
+def step_summary_table(report: Report) -> Table | None:
+    """Training steps: communication in all, the dimension that dominates, and with a compute
+    time the exposed communication and the step time."""
+    if not report.steps:
+        return None
+    table = Table(title="Training step per policy (exposed = communication not hidden under "
+                  "compute)", title_justify="left")
+    for column in ("policy", "workload", "plan", "communication", "line rate", "dominant",
+                   "compute", "hidden", "exposed", "step time"):
+        table.add_column(column, justify="left" if column in (
+            "policy", "workload", "plan", "dominant") else "right")
+    for step in report.steps:
+        dominant = step.dominant or "—"
+        for row in step.dimensions:
+            if row["dimension"] == step.dominant and row["share"] is not None:
+                dominant = f"{step.dominant} ({100 * row['share']:.0f}%)"
+        optional = [("—" if v is None else format_seconds(v))
+                    for v in (step.compute_s, step.overlapped_s, step.exposed_s, step.step_s)]
+        table.add_row(step.policy, escape(step.workload), escape(step.plan),
+                      format_seconds(step.comm_s), format_seconds(step.line_rate_s),
+                      escape(dominant), *optional)
+    return table
+
+
+def step_lines(report: Report) -> list[str]:
+    """The overlap rule of each training item (once), and each slowest group's GPUs."""
+    lines, seen = [], set()
+    for step in report.steps or []:
+        if step.overlap_rule and step.workload not in seen and step.compute_s is not None:
+            seen.add(step.workload)
+            lines.append(f"{step.workload}: {step.overlap_rule}")
+    return lines
+
+
 def sharing_table(report: Report) -> Table | None:
     """Job isolation: each job alone on the fabric vs sharing it with the other jobs."""
     if not report.sharing:

@@ -6,8 +6,9 @@ workload (numpy), then for every policy and phase one call of the engine's phase
 (`engine.phase.solve_policy_phase`: slots drawn by the policy, one jitted solve, one
 transfer in and one out, plus the progressive simulation where it runs), records built by
 `metrics`, then the studies that reuse those baselines: jobs sharing the fabric, link
-sensitivity, failure sets and the reliability what-if. Nothing here branches on a policy's
-name or on the fabric's kind.
+sensitivity, failure sets and the reliability what-if. Training steps and Chakra traces also
+get their step record (`metrics.step_record`: time by parallel dimension). Nothing here
+branches on a policy's name or on the fabric's kind.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from fabricjax.engine.phase import solve_policy_phase
 from fabricjax.engine.plan import check_resources, simulate_phase
 from fabricjax.fabric.build import build, summary
 from fabricjax.fabric.failures import check_failures
-from fabricjax.metrics import collective_record
+from fabricjax.metrics import collective_record, step_record
 from fabricjax.policies import get
 from fabricjax.results import Report
 from fabricjax.study.resilience import failure_study, reliability_whatif
@@ -63,6 +64,7 @@ def analyze(scenario: Scenario, *, trace: bool = False,
     total = len(scenario.policies) * sum(len(c.phases) for c in collectives)
     done = 0
     records = []
+    steps = []
     baseline = {}
     for policy in scenario.policies:
         for item, collective in enumerate(collectives):
@@ -76,7 +78,10 @@ def analyze(scenario: Scenario, *, trace: bool = False,
                     progressive=simulate_phase(scenario, phase.flows, policy)))
                 done += 1
             baseline[(policy, item)] = outcomes
-            records.append(collective_record(policy, collective, outcomes, fabric, scenario))
+            record = collective_record(policy, collective, outcomes, fabric, scenario)
+            records.append(record)
+            if collective.step is not None:
+                steps.append(step_record(record, collective, outcomes, fabric, scenario))
     sharing = None
     jobs = [c for c in collectives if c.job]
     if len(jobs) > 1:
@@ -110,6 +115,7 @@ def analyze(scenario: Scenario, *, trace: bool = False,
         reliability=reliability,
         sharing=sharing,
         sensitivity=upgrades,
+        steps=steps or None,
         versions=versions(),
         policies={name: {"label": get(name).label, "residual": get(name).residual_name}
                   for name in scenario.policies},

@@ -2,39 +2,75 @@
 
 Contract: `build_workload(scenario, rng)` returns one `flows.Collective` per workload item
 (each placed alone) then per job (placed on disjoint GPUs, explicit lists first), with the
-random-stream id its path draws use; `traffic_flow_counts` reads every traffic file once at
-load time (a bad one is reported before anything runs); `export_matrix` gives one phase as a
-traffic matrix for `fabricjax export`.
+random-stream id its path draws use; `traffic_flow_counts` reads every traffic file and
+Chakra trace once at load time (a bad one is reported before anything runs); `export_matrix`
+gives one phase as a traffic matrix for `fabricjax export`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fabricjax.config import (AllGatherConfig, AllReduceConfig, AllToAllConfig,
+from fabricjax.config import (AllGatherConfig, AllReduceConfig, AllToAllConfig, ChakraConfig,
                               IncastConfig, PermutationConfig, ReduceScatterConfig, Scenario,
-                              SendRecvConfig, TrafficConfig, job_size)
-from fabricjax.core.errors import ScenarioError
+                              SendRecvConfig, TrafficConfig, TrainingConfig, job_size)
+from fabricjax.core.errors import ScenarioError, short_repr
+from fabricjax.workload.chakra import Trace, chakra_step, load_trace, max_phase_flows
 from fabricjax.workload.collectives import (Servers, all_to_all, double_tree, halving_doubling,
                                             incast, job_gpus, load_item_traffic, permutation,
                                             place_gpus, ring_collective, send_recv, traffic)
 from fabricjax.workload.flows import JOB_STREAM, Collective
 from fabricjax.workload.traffic import TrafficMatrix
+from fabricjax.workload.training import training_step
+
+COMM_GROUP_FILE = "comm_group.json"   # ASTRA-sim's communicator groups beside the traces
+
+
+def _inside(base_dir: Path | None, relative: str, field: str, what: str) -> Path:
+    """`relative` resolved against the scenario's folder; a ScenarioError when it leaves it
+    (a scenario may be someone else's file: it must not make the tool read elsewhere)."""
+    folder = (base_dir or Path(".")).resolve()
+    path = (folder / relative).resolve()
+    if path != folder and folder not in path.parents:
+        raise ScenarioError(field, f"{short_repr(relative)} is outside the scenario's folder; "
+                            f"allowed: a {what} inside it (relative to the scenario file)")
+    return path
+
+
+def load_item_trace(item: ChakraConfig, base_dir: Path | None, ranks: int,
+                    field: str) -> Trace:
+    """The checked Chakra trace a workload item names (`workload.chakra.load_trace`)."""
+    folder = _inside(base_dir, item.folder, f"{field}.folder", "folder")
+    if item.comm_groups is not None:
+        groups = _inside(base_dir, str(Path(item.folder) / item.comm_groups),
+                         f"{field}.comm_groups", "file")
+        if not groups.is_file():
+            raise ScenarioError(f"{field}.comm_groups", f"{short_repr(item.comm_groups)} is "
+                                f"not a file in {folder.name}/")
+    else:
+        groups = folder / COMM_GROUP_FILE
+        groups = groups if groups.is_file() else None
+    return load_trace(folder, groups, ranks, field)
 
 
 def traffic_flow_counts(scenario: Scenario) -> dict:
-    """{(section, index): flows} of every traffic-file item, reading each file once (at load
-    time, so a bad one is reported before anything is built or computed: a ScenarioError
-    naming the field, file and line)."""
+    """{(section, index): flows} of every traffic-file item (its flows) and Chakra trace (the
+    most flows of one of its phases), reading each once (at load time, so a bad one is
+    reported before anything is built or computed: a ScenarioError naming the field, file and
+    line or node)."""
     counts = {}
     for section, i, item in scenario.items:
+        size = job_size(item, scenario.fabric.gpus)
         if isinstance(item, TrafficConfig):
-            matrix = load_item_traffic(item, scenario.base_dir,
-                                       job_size(item, scenario.fabric.gpus), f"{section}[{i}]")
+            matrix = load_item_traffic(item, scenario.base_dir, size, f"{section}[{i}]")
             counts[(section, i)] = matrix.num_flows
+        elif isinstance(item, ChakraConfig):
+            trace = load_item_trace(item, scenario.base_dir, size, f"{section}[{i}]")
+            counts[(section, i)] = max_phase_flows(trace)
     return counts
 
 
@@ -65,6 +101,11 @@ def build_collective(item: Any, gpus: np.ndarray, *, name: str, rng: np.random.G
                          servers=servers)
     if isinstance(item, TrafficConfig):
         return traffic(gpus, item, base_dir, name=name, servers=servers, field=field)
+    if isinstance(item, TrainingConfig):
+        return training_step(item, gpus, name=name, servers=servers)
+    if isinstance(item, ChakraConfig):
+        trace = load_item_trace(item, base_dir, gpus.shape[0], field)
+        return chakra_step(trace, gpus, name=name, servers=servers)
     raise ValueError(f"unknown collective {item!r}")  # pragma: no cover - schema forbids
 
 

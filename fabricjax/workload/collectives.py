@@ -16,6 +16,11 @@ Placement: `place_gpus` turns a count and a placement into GPU ids; `job` ranks 
 ascending GPU id (as schedulers and NCCL order hosts), and `order: random` shuffles them.
 Workload items are placed independently (each is analysed alone); jobs are placed on
 disjoint GPUs, explicit lists first, then the others in the order given.
+
+Process groups: `GroupSteps` is one step of many groups' collectives at once (every data-
+parallel ring's step, every expert group's all-to-all), before the scale-up split, tagged
+with each flow's group; `group_ring`, `group_all_to_all` build them and `GroupSteps.phase`
+turns them into a `Phase`. Training steps and Chakra traces are made of these.
 """
 
 
@@ -56,14 +61,16 @@ class Servers:
 
 
 def _phase(src: np.ndarray, dst: np.ndarray, size: Any, repeat: int, name: str,
-           servers: Servers, start: np.ndarray | None = None) -> Phase:
+           servers: Servers, start: np.ndarray | None = None, group: np.ndarray | None = None,
+           dimension: str = "") -> Phase:
     """A phase from flows (size: bytes, scalar or per flow), split between the scale-up
     domain and the fabric."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     size = np.broadcast_to(np.asarray(size, dtype=np.float64), src.shape).copy()
     flows = Flows(src.astype(np.int32), dst.astype(np.int32), size,
-                  None if start is None else np.asarray(start, dtype=np.float64))
+                  None if start is None else np.asarray(start, dtype=np.float64),
+                  None if group is None else np.asarray(group, dtype=np.int32))
     scaleup_time, scaleup_flows = 0.0, 0
     if servers.scaleup_gbps > 0:
         inside = (src // servers.gpus_per_server) == (dst // servers.gpus_per_server)
@@ -78,7 +85,74 @@ def _phase(src: np.ndarray, dst: np.ndarray, size: Any, repeat: int, name: str,
     cross = (servers.t0_of(flows.src.astype(np.int64)) !=
              servers.t0_of(flows.dst.astype(np.int64)))
     hops = 4 if np.any(cross) else (2 if flows.num_flows or scaleup_flows else 0)
-    return Phase(flows, repeat, name, scaleup_time, scaleup_flows, hops)
+    return Phase(flows, repeat, name, scaleup_time, scaleup_flows, hops,
+                 dimension=dimension)
+
+
+# --------------------------------------------------------------------------- process groups
+
+@dataclasses.dataclass(frozen=True)
+class GroupSteps:
+    """One step of several process groups' collectives at once, `repeat` times in a row,
+    before the scale-up split. src, dst: int64[F] GPU ids; size: float64[F] bytes;
+    group: int64[F] the process group of each flow (an index of the step's group table)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    size: np.ndarray
+    group: np.ndarray
+    repeat: int
+    name: str
+    dimension: str = ""
+
+    @property
+    def num_flows(self) -> int:
+        return int(self.src.shape[0])
+
+    def sent_per_gpu(self, num_gpus: int) -> np.ndarray:
+        """float64[num_gpus]: bytes each GPU sends over all `repeat` steps."""
+        return np.bincount(self.src, weights=self.size, minlength=num_gpus) * self.repeat
+
+    def phase(self, servers: Servers) -> Phase:
+        return _phase(self.src, self.dst, self.size, self.repeat, self.name, servers,
+                      group=self.group, dimension=self.dimension)
+
+    @staticmethod
+    def union(parts: list["GroupSteps"], repeat: int, name: str,
+              dimension: str = "") -> "GroupSteps":
+        """The flows of `parts` at once, as one step repeated `repeat` times."""
+        return GroupSteps(np.concatenate([p.src for p in parts]),
+                          np.concatenate([p.dst for p in parts]),
+                          np.concatenate([p.size for p in parts]),
+                          np.concatenate([p.group for p in parts]), repeat, name, dimension)
+
+
+def group_ring(groups: np.ndarray, buffer: float, repeat: int, name: str, dimension: str,
+               first_group: int = 0) -> GroupSteps:
+    """Every group's ring step at once: in each row of groups int[G, n] (GPU ids in rank
+    order) rank i sends buffer / n bytes to rank i + 1. A ring all-reduce of `buffer` is this
+    step 2(n - 1) times, an all-gather or reduce-scatter n - 1 times (NCCL's ring). Groups are
+    numbered from `first_group`."""
+    groups = np.asarray(groups, dtype=np.int64)
+    count, n = groups.shape
+    src = groups.reshape(-1)
+    dst = np.roll(groups, -1, axis=1).reshape(-1)
+    group = np.repeat(np.arange(first_group, first_group + count, dtype=np.int64), n)
+    return GroupSteps(src, dst, np.full(src.shape, buffer / n), group, repeat, name, dimension)
+
+
+def group_all_to_all(groups: np.ndarray, buffer: float, repeat: int, name: str,
+                     dimension: str, first_group: int = 0) -> GroupSteps:
+    """Every group's all-to-all at once: in each row of groups int[G, n] every rank sends
+    buffer / n bytes to every other rank (n (n - 1) flows per group)."""
+    groups = np.asarray(groups, dtype=np.int64)
+    count, n = groups.shape
+    i = np.repeat(np.arange(n), n - 1)
+    j = (i + np.tile(np.arange(1, n), n)) % n
+    src = groups[:, i].reshape(-1)
+    dst = groups[:, j].reshape(-1)
+    group = np.repeat(np.arange(first_group, first_group + count, dtype=np.int64), n * (n - 1))
+    return GroupSteps(src, dst, np.full(src.shape, buffer / n), group, repeat, name, dimension)
 
 
 # --------------------------------------------------------------------------- placement
