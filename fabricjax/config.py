@@ -309,7 +309,10 @@ class MrcConfig(_Strict):
     set as `spray` when the counts match); an EV whose path's worst controllable utilisation
     exceeds `threshold` is marked and moves to a random spine of its plane with probability
     damping * (u - threshold) / u. Stops when nothing is marked, when the fabric overload has not
-    improved by `tol` (relative) for `patience` iterations, or at `max_iters`."""
+    improved by `tol` (relative) for `patience` iterations, or at `max_iters`. A failure set
+    starts from the no-failure equilibrium (a warm start) and stops after `failure_patience`
+    iterations without improvement (5: measured within 1.3% of `patience` 20's mean P100 over
+    failure sets, 3.5x faster; README "Failures")."""
 
     evs: int = Field(128, ge=1, le=4096)
     threshold: float = Field(1.0, gt=0.0, le=100.0)
@@ -317,6 +320,7 @@ class MrcConfig(_Strict):
     max_iters: int = Field(500, ge=1, le=100_000)
     tol: float = Field(0.01, ge=0.0, le=1.0)
     patience: int = Field(20, ge=1, le=100_000)
+    failure_patience: int = Field(5, ge=1, le=100_000)
 
 
 class OptimalConfig(_Strict):

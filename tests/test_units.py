@@ -177,6 +177,10 @@ def test_format_bytes():
     assert format_bytes(4e6) == "4 MB"              # the unit the user wrote, not 3.815 MiB
     assert format_bytes(4 * 2**20) == "4 MiB" and format_bytes(1.5e9) == "1.5 GB"
     assert format_bytes(3_000_001) == "2.861 MiB"   # neither round: binary, 4 digits
+    # round in a smaller unit but past 999 of it: the larger unit reads better
+    assert format_bytes(5952 * 2**20) == "5.812 GiB"
+    # round in both families: the shorter figure (64 kB, not 62.5 KiB)
+    assert format_bytes(64_000) == "64 kB" and format_bytes(2000 * 2**40) == "2000 TiB"
     assert format_bytes(512) == "512 B"
 
 

@@ -119,11 +119,13 @@ def _short(value: object) -> str:
     return short_repr(value, 40)
 
 
-def _round_in(num_bytes: float, scale: float) -> bool:
-    """Whether `num_bytes` is at least one `scale` and a number of them that four significant
-    digits show exactly (4 MB is; 4 MiB is not a round number of MB: 4.194304)."""
+def _round_in(num_bytes: float, scale: float, largest: bool = False) -> bool:
+    """Whether `num_bytes` is one to 999 `scale`s (any number of the largest unit) and a
+    number of them that four significant digits show exactly (4 MB is; 4 MiB is not a round
+    number of MB: 4.194304; 5,952 MiB reads better as 5.812 GiB)."""
     value = num_bytes / scale
-    return value >= 1 and abs(float(f"{value:.4g}") - value) <= 1e-12 * value
+    return (value >= 1 and (largest or value < 1000)
+            and abs(float(f"{value:.4g}") - value) <= 1e-12 * value)
 
 
 def format_bytes(num_bytes: float) -> str:
@@ -133,10 +135,11 @@ def format_bytes(num_bytes: float) -> str:
     for (dec, dec_scale), (binary, bin_scale) in (
             (("TB", 1e12), ("TiB", 2**40)), (("GB", 1e9), ("GiB", 2**30)),
             (("MB", 1e6), ("MiB", 2**20)), (("kB", 1e3), ("KiB", 2**10))):
-        if _round_in(num_bytes, bin_scale):
-            return f"{num_bytes / bin_scale:.4g} {binary}"
-        if _round_in(num_bytes, dec_scale):
-            return f"{num_bytes / dec_scale:.4g} {dec}"
+        shown = [f"{num_bytes / scale:.4g} {unit}"
+                 for unit, scale in ((binary, bin_scale), (dec, dec_scale))
+                 if _round_in(num_bytes, scale, unit in ("TiB", "TB"))]
+        if shown:   # both round (64,000 B: 62.5 KiB, 64 kB): the shorter figure
+            return min(shown, key=len)
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if num_bytes >= scale:
             return f"{num_bytes / scale:.4g} {unit}"

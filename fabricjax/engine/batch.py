@@ -170,7 +170,7 @@ def chunk_inputs(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flow
                   eps=np.float32(cfg.eps), max_rounds=np.int32(cfg.max_rounds))
     # PRNG keys travel as raw key data: plain uint32 arrays can be placed as global arrays
     fixed = place((phase_arrays(fabric, flows), outcome.plane, outcome.choice,
-                   outcome.state or {}, pol.options(scenario),
+                   outcome.state or {}, pol.failure_options(scenario),
                    failure_key(scenario, policy, stream), common), mesh, replicated=True)
     stored = place(routes_host, mesh, replicated=True) if routes_host is not None else None
     return ChunkInputs(device_routes(fabric, fixed[0], stored), *fixed)

@@ -131,6 +131,11 @@ class Policy:
         """Options `react` reads as traced arrays (a sweep over them never recompiles)."""
         return {}
 
+    def failure_options(self, scenario: Scenario) -> dict:
+        """`options` for a failure set, which starts from the no-failure outcome (a warm
+        start); the same by default."""
+        return self.options(scenario)
+
     def settings(self, scenario: Scenario) -> tuple:
         """Hashable options that fix array shapes or loop bounds (static under jit)."""
         return ()

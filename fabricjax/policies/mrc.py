@@ -112,7 +112,7 @@ def hash_bits(index, seed_words, iteration):
 
 
 def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshold, damping,
-                    tol, *, max_iters: int, patience: int, fabric_range: tuple[int, int]
+                    tol, *, max_iters: int, patience, fabric_range: tuple[int, int]
                     ) -> MrcResult:
     """The fixed point of MRC's EV swapping (see the module docstring). Traceable; jit it.
 
@@ -120,7 +120,10 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     each EV's plane and choice int32[F, K] (on a Clos the choice is the spine and slot k must
     sit on plane k % P, as `paths.spread_slots` and `hashed_slots` draw: the loop sums
     NIC-port loads per plane by a reshape). `fabric_range`: (start, stop) of the
-    switch-to-switch links (tiers 1 and 2), whose overload the stop rule watches."""
+    switch-to-switch links (tiers 1 and 2), whose overload the stop rule watches.
+    `max_iters` is static (the trace's length); `patience` may be a traced integer (the
+    policy passes it among its options, so a sweep over it, or a failure set's own, never
+    recompiles)."""
     num_links = capacity.shape[0]
     num_flows, num_slots = spine.shape
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
@@ -260,10 +263,15 @@ class Mrc(Policy):
     def options(self, scenario: Scenario) -> dict:
         cfg = scenario.mrc
         return {"threshold": np.float32(cfg.threshold), "damping": np.float32(cfg.damping),
-                "tol": np.float32(cfg.tol)}
+                "tol": np.float32(cfg.tol), "patience": np.int32(cfg.patience)}
+
+    def failure_options(self, scenario: Scenario) -> dict:
+        # a failure set starts from the no-failure equilibrium: it settles in fewer iterations
+        return {**self.options(scenario),
+                "patience": np.int32(scenario.mrc.failure_patience)}
 
     def settings(self, scenario: Scenario) -> tuple:
-        return (scenario.mrc.max_iters, scenario.mrc.patience)
+        return (scenario.mrc.max_iters,)       # the trace's length: static
 
     def convergence(self, status: int, iterations: int = 0) -> str:
         if status & Status.ITERATION_CAP:
@@ -281,11 +289,12 @@ class Mrc(Policy):
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
               settings, layout) -> Reaction:
-        max_iters, patience = settings
+        (max_iters,) = settings
         fabric_range = (layout[1][0], layout[2][1])   # switch-to-switch links
         mrc = mrc_fixed_point(routes, plane, choice, phase.demand, capacity, alive, key,
                               options["threshold"], options["damping"], options["tol"],
-                              max_iters=max_iters, patience=patience, fabric_range=fabric_range)
+                              max_iters=max_iters, patience=options["patience"],
+                              fabric_range=fabric_range)
         links = routes.slot_links(plane, mrc.spine)
         weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
         return Reaction(choice=mrc.spine, weights=weights, iterations=mrc.iterations,
