@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
-        bench-collectives bench-incidence clean
+        bench-collectives bench-incidence bench-soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ bench-collectives: $(STAMP)
 # issue 15: link loads on stored paths, segment_sum against the BCOO incidence matrix
 bench-incidence: $(STAMP)
 	$(BIN)/python bench/bench_incidence.py
+
+# issue 19: a 1,000-point sweep, resident memory every 100 points (a few minutes; writes
+# bench/soak_last_run.log)
+bench-soak: $(STAMP)
+	$(BIN)/python bench/bench_soak.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
