@@ -558,7 +558,8 @@ def sweep(
         return
     out.print(sweep_table(*sweep_table_rows(result)))
     resumed = f" ({len(done)} from {_printable(stream_path)})" if done else ""
-    out.print(f"{len(points)} point(s){resumed} in {result.total_s:.1f} s", highlight=False)
+    out.print(escape(f"{len(points)} point(s){resumed} in {result.total_s:.1f} s"),
+              highlight=False)
     for path in [p for p in (csv_path, json_path, stream_path) if p is not None] + [
             str(w) for w in written]:
         out.print(f"wrote {escape(_printable(path))}", highlight=False)

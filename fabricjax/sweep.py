@@ -48,11 +48,11 @@ MAX_POINTS = 10_000
 FIELD = "--set"
 STREAM_KIND = "fabricjax sweep"
 # JAX's caches are cleared after a point once more programs than this were compiled since the
-# last clear. Measured on the 2-core CPU (bench/bench_soak.py --new-shapes): a point of a
-# small fabric compiles 4 (ecmp + spray with failures) to 22 (quickstart, four policies)
-# programs, each adds about 8 MiB of resident memory, and with nothing cleared the process
-# aborted near 250 programs ("LLVM ERROR: Unable to allocate section memory"). So a sweep
-# keeps the programs of its last few shapes (under about 1 GiB), and one whose shapes repeat
+# last clear. Measured on the 2-core CPU: a point compiles 1 (spray alone) to 22 (quickstart's
+# four policies with the progressive simulation) programs the first time its shapes are seen;
+# each new program added about 7.4 MiB of resident memory in bench/bench_soak.py --new-shapes,
+# and a sweep that cleared nothing aborted near 250 programs ("LLVM ERROR: Unable to allocate
+# section memory"). With 100, that bench levels off near 1.05 GiB; a sweep whose shapes repeat
 # compiles nothing new after its first points and is never cleared.
 COMPILED_LIMIT = 100
 
