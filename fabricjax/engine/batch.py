@@ -216,9 +216,10 @@ def solve_set_range(prepared: FailurePhase, scenario: Scenario, fabric: AnyFabri
                     batch: FailureBatch, start: int, stop: int,
                     progress: Callable[[int], None] | None = None) -> SetOutcome:
     """Sets start..stop-1 of `batch` in chunks of `prepared.per_call` (the last one padded):
-    SetOutcome of numpy arrays with a leading [stop - start] axis. A set's outcome does not
-    depend on the chunk it shares (on a CPU the sets of a call run one after another), so
-    any split of the sets into ranges gives the same outcomes."""
+    SetOutcome of numpy arrays with a leading [stop - start] axis. On a CPU the sets of a
+    call run one after another, so a set's outcome does not depend on the chunk it shares and
+    any split of the sets into ranges gives the same outcomes, bit for bit (on an accelerator
+    the sets of a group are vmapped; that is not checked)."""
     per_call, mesh = prepared.per_call, prepared.mesh
     parts = []
     for first in range(start, stop, per_call):     # chunks of failure sets, not flows
