@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
-        bench-collectives bench-incidence bench-coldstart clean
+        bench-collectives bench-incidence bench-coldstart bench-soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ bench-incidence: $(STAMP)
 # issue 16: a one-off question's wall time, cold and warm cache, and where it goes
 bench-coldstart: $(STAMP)
 	$(BIN)/python bench/bench_coldstart.py | tee bench/coldstart_last_run.log
+
+# issue 19: a 1,000-point sweep, resident memory every 100 points (a few minutes; writes
+# bench/soak_last_run.log)
+bench-soak: $(STAMP)
+	$(BIN)/python bench/bench_soak.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -44,12 +44,23 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+# streams this run has started (JSON Lines of finished points or failure sets): what an
+# interrupt leaves behind for --resume
+_streams: list[str] = []
+
+
 def _interrupted() -> None:
-    """Ctrl-C: one line and exit 130 at once. Output files are written atomically, so there is
-    nothing to clean up; skipping interpreter shutdown matters because JAX's runtime threads
-    may still be mid-computation, and tearing them down under the interpreter crashed
-    (SIGSEGV) in testing."""
-    err.print("[bold red]interrupted:[/] nothing was written", highlight=False)
+    """Ctrl-C: one line and exit 130 at once. Reports are written atomically at the end, so
+    there is nothing to clean up; a stream holds whole lines only (a cut line is dropped when
+    it is read back). Skipping interpreter shutdown matters because JAX's runtime threads may
+    still be mid-computation, and tearing them down under the interpreter crashed (SIGSEGV) in
+    testing."""
+    if _streams:
+        kept = ", ".join(_printable(p) for p in _streams)
+        err.print(f"[bold red]interrupted:[/] what was finished is in {escape(kept)}; rerun "
+                  "the same command with --resume to go on", highlight=False, soft_wrap=True)
+    else:
+        err.print("[bold red]interrupted:[/] nothing was written", highlight=False)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(130)
@@ -116,6 +127,67 @@ def _check_output(path: Optional[str], option: str, scenario: Path) -> None:
         _fail(f"{option} {path}: cannot write there ({error})")
 
 
+def _check_distinct(outputs: dict) -> None:
+    """Fail when two outputs name the same file, or more than one is `-` (standard output)."""
+    from fabricjax.core.output import STDOUT, resolved
+
+    seen: dict = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        key = STDOUT if path == STDOUT else resolved(path)
+        if key in seen:
+            what = "standard output (-)" if key == STDOUT else f"the same file ({path})"
+            _fail(f"{option}: {seen[key]} already writes to {what}; give each output its "
+                  "own path")
+        seen[key] = option
+
+
+def _writing(option: str, write) -> None:
+    """`write()`, an output's writing: a failure (ENOSPC on /dev/full, a missing folder)
+    becomes one line naming the option and the path, and exit 2."""
+    from fabricjax.core.output import OutputError
+
+    try:
+        write()
+    except OutputError as error:
+        _fail(f"{option} {error}" if option else str(error))
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        _fail(f"{option} {getattr(error, 'filename', '') or ''}: cannot write "
+              f"({error.strerror or error})")
+
+
+def _stream_for(path: Optional[str], scenario: Path) -> Optional[str]:
+    """The stream beside output `path` (`core.stream.beside`), checked to be writable."""
+    if path is None:
+        return None
+    from fabricjax.core.stream import beside
+
+    stream = beside(path)
+    if stream is not None:
+        _check_output(stream, "stream", scenario)
+    return stream
+
+
+def _open_stream(path: str, first: str, resume: bool):
+    """The leader's writer of a stream: appended to when resuming from an existing file (read
+    and trimmed already), else started afresh with `first` (the header line)."""
+    from fabricjax.core.output import OutputError
+    from fabricjax.core.stream import StreamWriter
+
+    try:
+        if resume and Path(path).exists():
+            writer = StreamWriter.append(path)
+        else:
+            writer = StreamWriter.create(path, first)
+    except OutputError as error:
+        _fail(str(error))
+    _streams.append(path)
+    return writer
+
+
 @app.command()
 def analyze(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.",
@@ -167,6 +239,11 @@ def analyze(
         "--cache-dir", metavar="DIR|off", help="Keep compiled programs in DIR for the next "
         "run (default: $FABRICJAX_CACHE_DIR, else ~/.cache/fabricjax/xla); off: compile "
         "afresh.")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Go on from an interrupted failure study: with --json NAME.json its "
+        "per-set records stream to NAME.jsonl as they finish; --resume reads them, checks "
+        "they belong to this scenario and options, and solves only the sets left. The report "
+        "is the same as an uninterrupted run's.")] = False,
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="No progress bar; tables only.")] = False,
 ) -> None:
@@ -183,11 +260,19 @@ def analyze(
         config = _load(scenario, policies=policy, seed=seed, failures=failures)
     limit = _memory_limit(max_memory)
     _check_output(json_path, "--json", scenario)
+    # a failure study streams its per-set records to NAME.jsonl beside the report
+    stream_path = _stream_for(json_path, scenario) if config.failures is not None else None
+    if resume and config.failures is not None and stream_path is None:
+        _fail("--resume: needs --json naming a file: the failure sets' records stream to the "
+              ".jsonl beside it, and that is what --resume reads" if json_path is None else
+              f"--resume: --json {json_path} is not a file, so nothing streams beside it; "
+              "give a file name")
     _check_plot_dir(plot)
     _select_device(device, devices, distributed)
     _enable_cache(cache_dir)
-    from fabricjax.core.devices import is_leader
+    from fabricjax.core.devices import from_leader, is_leader
     from fabricjax.core.errors import ScenarioError
+    from fabricjax.core.stream import StreamError, record_line
     from fabricjax.engine.plan import available_memory, check_memory
 
     try:
@@ -196,12 +281,25 @@ def analyze(
                      "--max-memory overrides")
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
+    done, sink = None, None
+    if stream_path is not None:
+        from fabricjax.study.analyze import failure_header, read_failure_stream
+
+        first = failure_header(config)
+        if resume:
+            try:
+                done = from_leader(lambda: read_failure_stream(stream_path, first))
+            except StreamError as error:
+                _fail(f"--resume: {error}")
+        if is_leader():
+            sink = _open_stream(stream_path, record_line(first), resume).write_records
     report = _computing(lambda: _run_analysis(config, quiet or not is_leader(),
-                                              trace or plot is not None, sensitivity),
+                                              trace or plot is not None, sensitivity, done,
+                                              sink),
                         scenario)
     if not is_leader():   # a distributed run's other processes computed their share; done
         return
-    from fabricjax.core.output import write_json_atomic
+    from fabricjax.core.output import STDOUT, write_json
     from fabricjax.report.json import report_dict
     from fabricjax.report.tables import (adaptation_table, bottleneck_lines, fabric_line,
                                          flow_table, sharing_table, step_lines,
@@ -209,12 +307,14 @@ def analyze(
                                          trace_lines, utilisation_table)
 
     if json_path is not None:   # first: a closed pipe on stdout must not cost the report
-        write_json_atomic(report_dict(report), json_path)
+        _writing("--json", lambda: write_json(report_dict(report), json_path))
     figures = []
     if plot is not None:
         from fabricjax.report.plots import write_plots
 
-        figures = write_plots(report, plot)
+        _writing("--plot", lambda: figures.extend(write_plots(report, plot)))
+    if json_path == STDOUT:     # standard output carries the report alone
+        return
     out.print(f"[bold]{escape(report.scenario)}[/]: {fabric_line(report.fabric)}",
               highlight=False)
     out.print(utilisation_table(report))
@@ -250,8 +350,11 @@ def analyze(
         from fabricjax.report.tables import sensitivity_table
 
         out.print(sensitivity_table(report))
-    if json_path is not None:
-        out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
+    if done:
+        out.print(f"resumed: {len(done):,} of {len(report.failures.records):,} failure-set "
+                  f"records taken from {escape(_printable(stream_path))}", highlight=False)
+    for path in [p for p in (json_path, stream_path) if p is not None]:
+        out.print(f"wrote {escape(_printable(path))}", highlight=False)
     for figure in figures:
         out.print(f"wrote {escape(_printable(str(figure)))}", highlight=False)
 
@@ -322,11 +425,14 @@ def _distributed_env() -> tuple:
 
 
 def _computing(run, scenario: Path):
-    """`run()`, the long part of a command: a ScenarioError becomes one line and exit 2.
-    Ctrl-C exits at once from a signal handler (exit 130, nothing written): a
-    KeyboardInterrupt raised inside a callback (JAX's garbage-collection hook) is printed and
-    swallowed by Python, and the run would go on to write its outputs."""
+    """`run()`, the long part of a command: a ScenarioError, a stream that cannot be resumed
+    and a stream that cannot be written (ENOSPC) become one line and exit 2. Ctrl-C exits at
+    once from a signal handler (exit 130, reports not written): a KeyboardInterrupt raised
+    inside a callback (JAX's garbage-collection hook) is printed and swallowed by Python, and
+    the run would go on to write its outputs."""
     from fabricjax.core.errors import ScenarioError
+    from fabricjax.core.output import OutputError
+    from fabricjax.core.stream import StreamError
 
     previous = signal.signal(signal.SIGINT, lambda *_: _interrupted())
     try:
@@ -335,6 +441,10 @@ def _computing(run, scenario: Path):
         _interrupted()
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
+    except StreamError as error:
+        _fail(f"--resume: {error}")
+    except OutputError as error:
+        _fail(str(error))
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -358,11 +468,13 @@ def _with_progress(run, quiet: bool, *, start: str, unit: str | None = None):
         return run(update)
 
 
-def _run_analysis(config, quiet: bool, trace: bool, sensitivity: bool = False):
+def _run_analysis(config, quiet: bool, trace: bool, sensitivity: bool = False, done=None,
+                  sink=None):
     from fabricjax.study.analyze import analyze as run
 
     return _with_progress(lambda progress: run(config, trace=trace, progress=progress,
-                                               sensitivity=sensitivity),
+                                               sensitivity=sensitivity, failure_records=done,
+                                               on_failure_records=sink),
                           quiet, start="building")
 
 
@@ -380,10 +492,25 @@ def sweep(
         "--policy", "-p", metavar="NAME",
         help="Policy to evaluate (repeatable). Default: the scenario's `policies`.")] = None,
     csv_path: Annotated[Optional[str], typer.Option(
-        "--csv", metavar="PATH", help="Write one row per point, policy and item as CSV.")
-    ] = None,
+        "--csv", metavar="PATH", help="Write one row per point, policy and item as CSV, "
+        "each point's rows as soon as the point finishes.")] = None,
     json_path: Annotated[Optional[str], typer.Option(
-        "--json", metavar="PATH", help="Write the sweep as JSON (points, rows, times).")] = None,
+        "--json", metavar="PATH", help="Write the sweep as JSON (points, rows, times) at the "
+        "end.")] = None,
+    jsonl_path: Annotated[Optional[str], typer.Option(
+        "--jsonl", metavar="PATH", help="Stream one JSON record per finished point to PATH "
+        "(after a header line). Default: NAME.jsonl beside --json NAME.json, else beside "
+        "--csv NAME.csv.")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Go on from an interrupted sweep: read the finished points from the "
+        "stream (--jsonl, or the .jsonl beside --json / --csv), check they belong to this "
+        "scenario and --set values, and run only the points left. The rows are the same as "
+        "an uninterrupted run's.")] = False,
+    distributed: Annotated[bool, typer.Option(
+        "--distributed", help="Join a multi-process run (one process per host): every process "
+        "runs the same command, the points are dealt out to the processes, and process 0 "
+        "gathers the rows in point order, prints and writes. Coordinator, process count and "
+        "id as for analyze --distributed.")] = False,
     plot: Annotated[Optional[str], typer.Option(
         "--plot", metavar="DIR", help="Write sweep curves (metric vs the first swept field, one "
         "line per policy) as PNG files into DIR.")] = None,
@@ -396,18 +523,31 @@ def sweep(
 ) -> None:
     """Evaluate the scenario at every point of a grid of field values: P100, completion and
     busbw per policy, and each design's switches, optics and watts. Points that share array
-    shapes reuse the compiled code."""
+    shapes reuse the compiled code; finished points stream to the CSV and a JSON Lines file,
+    and --resume goes on after an interruption."""
     config = _load(scenario, policies=policy)
-    for path, option in ((csv_path, "--csv"), (json_path, "--json")):
+    for path, option in ((csv_path, "--csv"), (json_path, "--json"), (jsonl_path, "--jsonl")):
         _check_output(path, option, scenario)
+    stream_path = jsonl_path
+    if stream_path is None:
+        stream_path = _stream_for(json_path, scenario) or _stream_for(csv_path, scenario)
+    _check_distinct({"--csv": csv_path, "--json": json_path,
+                     "--jsonl" if jsonl_path is not None else "the stream": stream_path})
+    from fabricjax.core.output import STDOUT, output_kind
+
+    if resume and (stream_path is None or output_kind(stream_path) != "file"):
+        _fail("--resume: needs a file to resume from: --jsonl PATH, or --json / --csv naming a "
+              "file (the stream NAME.jsonl goes beside it)")
     _check_plot_dir(plot)
     from fabricjax.core.errors import ScenarioError
     from fabricjax.sweep import parse_sets, sweep_points
 
     try:
-        points = sweep_points(config, parse_sets(sets))
+        axes = parse_sets(sets)
+        points = sweep_points(config, axes)
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
+    _select_device(None, None, distributed)
     from fabricjax.engine.plan import available_memory, check_memory
 
     try:
@@ -417,30 +557,63 @@ def sweep(
     except ScenarioError as error:
         _fail(f"{scenario}: point {point.label}: {error}")
     _enable_cache(cache_dir)
-    result = _computing(lambda: _run_sweep(points, quiet), scenario)
-    from fabricjax.report.tables import sweep_table
-    from fabricjax.sweep import sweep_legend, sweep_table_rows, write_csv, write_json
+    from fabricjax.core.devices import from_leader, is_leader
+    from fabricjax.core.stream import StreamError
+    from fabricjax.sweep import (PointResult, SweepStreams, read_sweep_stream, sweep_device,
+                                 sweep_header)
 
-    if csv_path is not None:
-        write_csv(result, csv_path)
+    first = sweep_header(config, axes, points, sweep_device())
+    done = []
+    if resume:
+        def finished() -> list:
+            return [r._asdict() for r in read_sweep_stream(stream_path, first, points)]
+        try:
+            done = [PointResult(**r) for r in from_leader(finished)]
+        except StreamError as error:
+            _fail(f"--resume: {error}")
+    streams = None
+    if is_leader():
+        from fabricjax.core.output import OutputError
+
+        try:
+            streams = SweepStreams.open(points, first, jsonl=stream_path, csv_path=csv_path,
+                                        done=done, resumed=resume)
+        except OutputError as error:
+            _fail(str(error))
+        _streams.extend(p for p in (stream_path, csv_path)
+                        if p is not None and output_kind(p) == "file")
+    result = _computing(lambda: _run_sweep(points, quiet or not is_leader(), done, streams),
+                        scenario)
+    if not is_leader():   # the other processes of a distributed sweep computed their share
+        return
+    from fabricjax.report.tables import sweep_table
+    from fabricjax.sweep import sweep_legend, sweep_table_rows, write_json
+
+    _writing("", streams.close)
     if json_path is not None:
-        write_json(result, json_path)
+        _writing("--json", lambda: write_json(result, json_path))
     written = []
     if plot is not None:
         from fabricjax.report.plots import write_plots
 
-        written = write_plots(None, plot, sweep=result)
+        _writing("--plot", lambda: written.extend(write_plots(None, plot, sweep=result)))
+    if STDOUT in (csv_path, json_path, stream_path):   # standard output carries that alone
+        return
     out.print(sweep_table(*sweep_table_rows(result), sweep_legend(result)))
-    out.print(f"{len(points)} point(s) in {result.total_s:.1f} s", highlight=False)
-    for path in [p for p in (csv_path, json_path) if p is not None] + [str(w) for w in written]:
+    resumed = f" ({len(done)} from {_printable(stream_path)})" if done else ""
+    out.print(escape(f"{len(points)} point(s){resumed} in {result.total_s:.1f} s"),
+              highlight=False)
+    for path in [p for p in (csv_path, json_path, stream_path) if p is not None] + [
+            str(w) for w in written]:
         out.print(f"wrote {escape(_printable(path))}", highlight=False)
 
 
-def _run_sweep(points, quiet: bool):
+def _run_sweep(points, quiet: bool, done, streams):
     from fabricjax.sweep import run_sweep
 
-    return _with_progress(lambda progress: run_sweep(points, progress=progress), quiet,
-                          start="sweeping", unit="points")
+    return _with_progress(lambda progress: run_sweep(points, progress=progress, done=done,
+                                                     on_point=streams),
+                          quiet, start="sweeping", unit="points")
 
 
 @app.command()
@@ -455,7 +628,7 @@ def topo(
     config = _load(scenario)
     _check_output(json_path, "--json", scenario)
     from fabricjax.core.errors import ScenarioError
-    from fabricjax.core.output import write_json_atomic
+    from fabricjax.core.output import STDOUT, write_json
     from fabricjax.fabric.bom import baseline_designs, bom, scenario_bom
     from fabricjax.fabric.build import build, summary
     from fabricjax.fabric.clos import fabric_summary
@@ -473,18 +646,22 @@ def topo(
             designs = [scenario_bom(config)]
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
+    note = baselines.note if baselines is not None else None
+    if json_path is not None:   # first: a closed pipe on stdout must not cost the file
+        _writing("--json", lambda: write_json(
+            {**counts, "bom": designs[0], "baselines": designs[1:], "baseline_note": note},
+            json_path))
+    if json_path == STDOUT:     # standard output carries the JSON alone
+        return
     if clos:
         out.print(topo_table(counts))
     else:
         out.print(graph_topo_table(counts, config.fabric.kind))
     if "modules" in designs[0]:
         out.print(bom_table(designs))
-    note = baselines.note if baselines is not None else None
     for line in bom_lines(designs, note):
         out.print(f"  {escape(line)}", highlight=False)
     if json_path is not None:
-        write_json_atomic({**counts, "bom": designs[0], "baselines": designs[1:],
-                           "baseline_note": note}, json_path)
         out.print(f"wrote {escape(_printable(json_path))}", highlight=False)
 
 
@@ -519,8 +696,9 @@ def export(
             write_htsim(Path(output), matrix, config.fabric.gpus, field="OUT")
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
-    out.print(f"wrote {matrix.num_flows:,} flows of {escape(matrix.source)} to "
-              f"{escape(_printable(output))}", highlight=False)
+    if output != "-":           # standard output carries the matrix alone
+        out.print(f"wrote {matrix.num_flows:,} flows of {escape(matrix.source)} to "
+                  f"{escape(_printable(output))}", highlight=False)
 
 
 @app.command()

@@ -3,13 +3,14 @@ with and without failures. Plain numpy on the host; nothing here solves anything
 
 Contract: `collective_record` turns a collective's `engine.phase.PhaseOutcome`s (one per
 phase) into a `results.PolicyRecord` (utilisation tail of the busiest phase, completion,
-line-rate and endpoint-bound times, busbw, status, bottlenecks, the progressive figures); `failure_set_records` turns the
-`engine.batch.SetOutcome`s of every failure set into per-set JSON records and a
-`results.FailureSummary`. `phase_duration_s` is the one place a phase's fabric time becomes
-its duration (repeats, scale-up flows, step latency). `step_record` splits a training step's
-(or trace's) record by parallel dimension, names each dimension's slowest process group
-(`slowest_flows`: the flows progressive filling freezes first) and applies the step's overlap
-rule.
+line-rate and endpoint-bound times, busbw, status, bottlenecks, the progressive figures);
+`set_records` turns the `engine.batch.SetOutcome`s of a chunk of failure sets into per-set JSON
+records and `failure_summary` the records of every set into a `results.FailureSummary` (from
+the records alone, so a resumed study's summary is the same). `phase_duration_s` is the one
+place a phase's fabric time becomes its duration (repeats, scale-up flows, step latency).
+`step_record` splits a training step's (or trace's) record by parallel dimension, names each
+dimension's slowest process group (`slowest_flows`: the flows progressive filling freezes
+first) and applies the step's overlap rule.
 """
 
 from __future__ import annotations
@@ -200,21 +201,22 @@ def distribution(values: np.ndarray) -> dict | None:
     return {name: float(np.percentile(values, q)) for name, q in QUANTILES.items()}
 
 
-def failure_set_records(policy: str, collective: Collective, results: list, fabric: AnyFabric,
-                        scenario: Scenario, batch: FailureBatch, line_rate_s: float,
-                        endpoint_bound_s: float, window: float | None
-                        ) -> tuple[list[dict], FailureSummary]:
-    """Per-set records and the summary of one policy on one collective (vectorised over sets;
-    the small loop is over the collective's phases). `results`: one SetOutcome of numpy
-    arrays [B] per phase; `line_rate_s`, `endpoint_bound_s`: the collective's times without
-    the fabric (the no-failure record's); `window`: the policy's reaction window (None: no
-    transient)."""
+def set_records(policy: str, collective: Collective, results: list, fabric: AnyFabric,
+                scenario: Scenario, batch: FailureBatch, line_rate_s: float,
+                endpoint_bound_s: float, window: float | None, first: int = 0) -> list[dict]:
+    """The JSON records of failure sets first..first+C-1 of one policy on one collective
+    (vectorised over sets; the small loop is over the collective's phases). `results`: one
+    SetOutcome of numpy arrays [C] per phase; `line_rate_s`, `endpoint_bound_s`: the
+    collective's times without the fabric (the no-failure record's); `window`: the policy's
+    reaction window (None: no transient). A set's record depends on that set alone, so records
+    computed chunk by chunk (or read back from a stream) are the records of one call over every
+    set."""
     cfg = scenario.failures
-    B = batch.size
-    p100 = np.stack([r.stats[:, 0, -1] for r in results], axis=1)          # [B, phases]
+    B = int(results[0].stats.shape[0])
+    p100 = np.stack([r.stats[:, 0, -1] for r in results], axis=1)          # [C, phases]
     busiest = np.argmax(p100, axis=1)
     rows = np.arange(B)
-    stats = np.stack([r.stats for r in results], axis=1)[rows, busiest]    # [B, 5, 1]
+    stats = np.stack([r.stats for r in results], axis=1)[rows, busiest]    # [C, 5, 1]
     top_links = np.stack([r.top_links for r in results], axis=1)[rows, busiest]
     top_util = np.stack([r.top_util for r in results], axis=1)[rows, busiest]
     stalled = sum(r.stalled.astype(np.int64) for r in results)
@@ -249,8 +251,8 @@ def failure_set_records(policy: str, collective: Collective, results: list, fabr
         records.append({
             "policy": policy,
             "workload": collective.name,
-            "failure_set": b,
-            "components": batch.names[b],
+            "failure_set": first + b,
+            "components": batch.names[first + b],
             "p100_utilisation": float(stats[b, 0, -1]),
             "p100_by_tier": {t: float(stats[b, i + 1, -1])
                              for i, t in enumerate(fabric.tier_names)},
@@ -267,34 +269,66 @@ def failure_set_records(policy: str, collective: Collective, results: list, fabr
             "crash": bool(crash[b]),
             "gpu_seconds_lost": float(lost[b]) if window is not None else None,
         })
+    return records
+
+
+def _column(records: list[dict], key: str, dtype=np.float64) -> np.ndarray:
+    # None (not computed) becomes NaN, which `distribution` leaves out
+    return np.asarray([np.nan if r[key] is None else r[key] for r in records], dtype=dtype)
+
+
+def failure_summary(policy: str, workload: str, records: list[dict],
+                    window: float | None) -> FailureSummary:
+    """The summary of one policy on one collective over its per-set `records` (those of
+    `set_records`, in set order), from the records alone: a study resumed from a stream of
+    records gets the same summary, to the bit, as one that computed every set."""
+    B = len(records)
+    p100 = _column(records, "p100_utilisation")        # float32 values, exact in float64
+    completion = _column(records, "completion_s")
+    slowdown = _column(records, "slowdown")
+    fabric_slowdown = _column(records, "fabric_slowdown")
+    stalled = np.asarray([r["stalled_flows"] for r in records], dtype=np.int64)
+    affected = np.asarray([r["affected_flows"] for r in records], dtype=np.int64)
+    crash = np.asarray([r["crash"] for r in records], dtype=bool)
+    finished = stalled == 0
     # worst: a set that stalls flows beats any finite time; then the slowest, then P100
-    order = np.lexsort((stats[:, 0, -1], np.nan_to_num(completion, nan=np.inf), stalled))
+    order = np.lexsort((p100, np.nan_to_num(completion, nan=np.inf), stalled))
     worst = int(order[-1])
-    counts = collections.Counter(n for n in names if n is not None)
-    seen = sorted({records[b]["status"] for b in range(B)})
-    summary = FailureSummary(
+    counts = collections.Counter(r["p100_link"] for r in records if r["p100_link"] is not None)
+    return FailureSummary(
         policy=policy,
-        workload=collective.name,
+        workload=workload,
         sets=B,
-        p100_utilisation=distribution(stats[:, 0, -1]),
+        p100_utilisation=distribution(p100),
         completion_s=distribution(completion),
         slowdown=distribution(slowdown),
         fabric_slowdown=distribution(fabric_slowdown),
         stalled_sets=int(np.sum(~finished)),
-        worst_set=worst,
-        worst_set_components=batch.names[worst],
+        worst_set=int(records[worst]["failure_set"]),
+        worst_set_components=records[worst]["components"],
         top_p100_links=[{"link": n, "sets": c} for n, c in counts.most_common(5)],
         window_s=window,
-        sets_hit=int(np.sum(hit)),
+        sets_hit=int(np.sum(affected > 0)),
         affected_flows_mean=float(np.mean(affected)),
-        stall_s_mean=float(np.mean(stall)) if window is not None else None,
+        stall_s_mean=float(np.mean(_column(records, "stall_s"))) if window is not None else None,
         crashed_sets=int(np.sum(crash)),
-        gpu_seconds_lost_mean=float(np.mean(lost)) if window is not None else None,
-        status=", ".join(seen),
+        gpu_seconds_lost_mean=(float(np.mean(_column(records, "gpu_seconds_lost")))
+                               if window is not None else None),
+        status=", ".join(sorted({r["status"] for r in records})),
     )
-    return records, summary
 
 
+
+
+def failure_set_records(policy: str, collective: Collective, results: list, fabric: AnyFabric,
+                        scenario: Scenario, batch: FailureBatch, line_rate_s: float,
+                        endpoint_bound_s: float, window: float | None
+                        ) -> tuple[list[dict], FailureSummary]:
+    """Per-set records and the summary of one policy on one collective over every set of
+    `batch` (`results`: one SetOutcome of numpy arrays [B] per phase)."""
+    records = set_records(policy, collective, results, fabric, scenario, batch, line_rate_s,
+                          endpoint_bound_s, window)
+    return records, failure_summary(policy, collective.name, records, window)
 
 
 # --------------------------------------------------------------------------- training steps

@@ -10,6 +10,7 @@ overrides (`with_overrides`): the later wins.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import types
 import typing
@@ -421,6 +422,42 @@ def load_scenario(path: str | Path) -> Scenario:
     except ScenarioError as err:
         raise err.with_source(source) from None
     return scenario.located(path.parent, counts)
+
+
+def input_files(scenario: Scenario) -> dict[str, Path]:
+    """{field: path} of every file the scenario reads besides itself (a graph file, traffic
+    files), resolved against its folder; only paths inside the folder (the others are refused
+    when the scenario is built)."""
+    folder = (scenario.base_dir or Path(".")).resolve()
+    named = {}
+    if scenario.fabric.kind == "graph" and scenario.fabric.file:
+        named["fabric.file"] = scenario.fabric.file
+    for section, i, item in scenario.items:
+        if isinstance(item, TrafficConfig):
+            named[f"{section}[{i}].file"] = item.file
+    out = {}
+    for field, name in named.items():
+        path = (folder / name).resolve()
+        if folder in path.parents:
+            out[field] = path
+    return out
+
+
+def result_config(scenario: Scenario) -> dict:
+    """The validated scenario as JSON data, every default filled in, as a stream header
+    records it: `failures.chunk` left out (it never changes a result), and under `files` the
+    SHA-256 of every file the scenario reads, so an edited traffic or graph file is caught
+    like an edited scenario."""
+    data = scenario.model_dump(mode="json", exclude={"failures": {"chunk"}})
+    files = {}
+    for field, path in input_files(scenario).items():
+        try:
+            files[field] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            files[field] = None
+    if files:
+        data["files"] = files
+    return data
 
 
 def with_overrides(scenario: Scenario, **fields: Any) -> Scenario:

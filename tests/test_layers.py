@@ -36,7 +36,8 @@ LAYERS = {
 }
 # inside a folder, a module imports only the ones before it ("__init__" last: the registry)
 ORDER = {
-    "fabricjax.core": ["version", "errors", "status", "registry", "units", "output", "devices"],
+    "fabricjax.core": ["version", "errors", "status", "registry", "units", "output", "stream",
+                       "devices"],
     "fabricjax.fabric": ["spec", "clos", "graph", "paths", "build", "failures", "bom"],
     "fabricjax.workload": ["flows", "traffic", "et", "collectives", "training", "chakra",
                            "build"],

@@ -171,9 +171,10 @@ def test_report_records_versions_seed_and_device(failing_reports):
 
 # --------------------------------------------------------------------------- Ctrl-C
 
-def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
-    """SIGINT in the middle of a failure study (many device calls): exit 130, one short
-    line, no report and no temporary file."""
+def test_ctrl_c_exits_130_and_keeps_only_the_stream(tmp_path):
+    """SIGINT in the middle of a failure study (many device calls): exit 130, one short line
+    that names the stream to --resume from, the earlier report untouched, no temporary file;
+    the stream beside the report is whole lines (its header, and the sets finished)."""
     text = FAILING.replace("samples: 8", "samples: 400000").replace(
         "policies: [ecmp, spray, mrc, optimal]", "policies: [spray]")
     (tmp_path / "f.yaml").write_text(text)
@@ -189,9 +190,13 @@ def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "interrupted" in err
-    assert len([line for line in err.splitlines() if "interrupted" in line]) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.yaml", "keep.json"]
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and "keep.jsonl" in lines[0] and "--resume" in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.yaml", "keep.json", "keep.jsonl"]
     assert (tmp_path / "keep.json").read_text() == "{}\n"   # the old report is untouched
+    head, *records = (tmp_path / "keep.jsonl").read_text().splitlines()
+    assert json.loads(head)["fabricjax_stream"] == "fabricjax failure study"
+    assert [json.loads(r)["failure_set"] for r in records] == list(range(len(records)))
 
 
 # --------------------------------------------------------------------------- security

@@ -273,7 +273,9 @@ def test_sweeps_replan_the_step(tmp_path):
         parts = sum(row[f"step_{d}_s"] for d in ("tp", "pp", "ep", "dp"))
         assert parts == pytest.approx(row["completion_s"])
         assert row["step_time_s"] > row["completion_s"]
-    assert result.reports[1].steps[0].plan == "tp4 pp2 dp8 ep4"
+    # tp 2 and tp 4 of the same GPUs: the TP all-reduces carry the same bytes per GPU over
+    # twice the ranks, so the step's TP time changes while the columns stay the same
+    assert result.rows[0]["step_tp_s"] != result.rows[1]["step_tp_s"]
 
 
 @pytest.mark.slow

@@ -10,15 +10,28 @@ message when no GPU is visible to JAX.
 Batched, independent work (failure sets) is sharded over `compute_devices()` in JAX's global
 order with `device_mesh`; `place` puts host arrays on that mesh as global arrays (valid in
 every process of a distributed run, since every process computes the same host arrays from
-the seed) and `fetch` brings results back, gathered from every process.
+the seed) and `fetch` brings results back, gathered from every process. Inside
+`local_devices()` each process computes on its own devices only (a distributed sweep gives
+whole points to processes); `allgather_bytes` and `broadcast_bytes` move encoded results
+between processes. `bound_compiled` keeps JAX's compiled programs from piling up over a long
+run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+from typing import Any, Callable
+
+from fabricjax.core.stream import StreamError
 
 DEVICES = ("cpu", "gpu")
 _device_limit: int | None = None     # --devices N: shard over at most N devices
+_local_only = False                  # inside local_devices(): this process's devices only
+# Backend compilations since JAX's caches were last cleared (counted by a monitoring hook)
+_compiled = {"count": 0, "hooked": False}
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 class DeviceError(ValueError):
@@ -98,8 +111,23 @@ def compute_devices() -> list:
     for virtual host devices), at most `limit_devices`' count."""
     import jax
 
-    found = jax.devices(current_device().platform)
+    platform = current_device().platform
+    found = jax.local_devices(backend=platform) if _local_only else jax.devices(platform)
     return found[:_device_limit] if _device_limit is not None else found
+
+
+@contextlib.contextmanager
+def local_devices():
+    """Within this block batched work stays on this process's devices and `fetch` gathers
+    nothing: a distributed sweep hands whole points to processes, so a point's failure sets
+    must not be sharded over another process's devices (that process is busy elsewhere)."""
+    global _local_only
+    before = _local_only
+    _local_only = True
+    try:
+        yield
+    finally:
+        _local_only = before
 
 
 def device_mesh(count: int):
@@ -135,7 +163,7 @@ def fetch(tree):
     """Device results as host numpy, gathered from every process in a distributed run."""
     import jax
 
-    if jax.process_count() > 1:
+    if jax.process_count() > 1 and not _local_only:
         from jax.experimental import multihost_utils
 
         return multihost_utils.process_allgather(tree, tiled=True)
@@ -160,9 +188,105 @@ def init_distributed(coordinator: str | None = None, num_processes: int | None =
 
 def is_leader() -> bool:
     """Whether this process reports (process 0; always true outside a distributed run)."""
+    return process_index() == 0
+
+
+def process_index() -> int:
+    """This process's id in a distributed run (0 outside one)."""
     import jax
 
-    return jax.process_index() == 0
+    return jax.process_index()
+
+
+def process_count() -> int:
+    """How many processes a distributed run has (1 outside one)."""
+    import jax
+
+    return jax.process_count()
+
+
+def _as_bytes_array(payload: bytes, length: int):
+    import numpy as np
+
+    out = np.zeros(length, np.uint8)
+    out[:len(payload)] = np.frombuffer(payload, np.uint8)
+    return out
+
+
+def allgather_bytes(payload: bytes) -> list[bytes]:
+    """Every process's `payload`, in process order (collective: every process must call it).
+    The lengths go first, then the payloads padded to the longest."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    if process_count() == 1:
+        return [payload]
+    lengths = np.asarray(multihost_utils.process_allgather(np.int64(len(payload)))).reshape(-1)
+    data = np.asarray(multihost_utils.process_allgather(
+        _as_bytes_array(payload, int(lengths.max()))))
+    return [data[i, :int(n)].tobytes() for i, n in enumerate(lengths)]
+
+
+def broadcast_bytes(payload: bytes | None) -> bytes:
+    """Process 0's `payload` in every process (collective; the others pass anything)."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    if process_count() == 1:
+        return payload or b""
+    mine = payload or b""
+    length = int(multihost_utils.broadcast_one_to_all(np.int64(len(mine))))
+    data = multihost_utils.broadcast_one_to_all(_as_bytes_array(mine, length))
+    return np.asarray(data).tobytes()[:length]
+
+
+def from_leader(compute: Callable[[], Any]) -> Any:
+    """`compute()` run by process 0 alone (it reads a file only that host has) and its value,
+    JSON data, handed to every process of a distributed run. A StreamError it raises is raised
+    in every process, so that all of them stop with the same one line."""
+    if process_count() == 1:
+        return compute()
+    payload = None
+    if is_leader():
+        try:
+            payload = json.dumps({"value": compute()}).encode("utf-8")
+        except StreamError as error:
+            payload = json.dumps({"error": str(error)}).encode("utf-8")
+    data = json.loads(broadcast_bytes(payload).decode("utf-8"))
+    if "error" in data:
+        raise StreamError(data["error"])
+    return data["value"]
+
+
+def _count_compile(event: str, duration: float, **kwargs) -> None:
+    if event == COMPILE_EVENT:
+        _compiled["count"] += 1
+
+
+def compiled_programs() -> int:
+    """Backend compilations since JAX's caches were last cleared by `bound_compiled` (counted
+    from the first call of either function)."""
+    import jax.monitoring
+
+    if not _compiled["hooked"]:
+        jax.monitoring.register_event_duration_secs_listener(_count_compile)
+        _compiled["hooked"] = True
+    return _compiled["count"]
+
+
+def bound_compiled(limit: int) -> bool:
+    """Clear JAX's caches of compiled programs when more than `limit` were compiled since the
+    last clear, and say whether it did. JAX keeps every program it compiled for the life of
+    the process (one per input shape and static option); a run that keeps meeting new shapes
+    (a sweep over fabric sizes) would grow without bound. A run whose shapes repeat compiles
+    nothing new after its first points and is never cleared."""
+    import jax
+
+    if compiled_programs() <= limit:
+        return False
+    jax.clear_caches()
+    _compiled["count"] = 0
+    return True
 
 
 def shard_devices(batch: int) -> int:

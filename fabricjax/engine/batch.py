@@ -8,7 +8,9 @@ device (`failure_mask`; the fabric is never rebuilt), `engine.phase.phase_core` 
 policy's reaction and the evaluation exactly as for the baseline, and each set returns a
 `SetOutcome` summary (P100 per tier, time, stalled flows, the flows that lost bytes on a
 pre-failure path), not per-set flow arrays. One compiled program per (policy, phase shape);
-chunks are padded to one shape, so no chunk recompiles.
+chunks are padded to one shape, so no chunk recompiles. `prepare_failure_phase` and
+`solve_set_range` split the same work so that a study can solve any range of sets (a chunk at
+a time, streaming its records; the rest of a resumed study).
 """
 
 from __future__ import annotations
@@ -188,6 +190,55 @@ def run_chunk(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flows,
         num_nodes=fabric.num_nodes, vmap_width=vmap_width, mesh=mesh)
 
 
+class FailurePhase(NamedTuple):
+    """One policy on one phase of a failure study, ready to solve any range of sets: the
+    shared inputs on the device(s), the mesh (None: one device), the vmapped width and the
+    sets per device call."""
+
+    policy: str
+    flows: Flows
+    inputs: ChunkInputs
+    mesh: object
+    width: int
+    per_call: int
+
+
+def prepare_failure_phase(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+                          outcome: PhaseOutcome, sets: int, stream: tuple[int, int]
+                          ) -> FailurePhase:
+    """Decide the vmap width, devices and sets per call for a study of `sets` failure sets,
+    and place the inputs every chunk shares, once."""
+    slots = outcome.plane.shape[1]
+    width = vmap_width(policy, fabric.num_links, fabric.planes, flows.num_flows, slots, sets)
+    num_devices = shard_devices(sets)
+    mesh = device_mesh(num_devices) if num_devices > 1 else None
+    inputs = chunk_inputs(policy, scenario, fabric, flows, outcome, stream, mesh)
+    per_call = sets_per_call(width, sets, scenario.failures.chunk, num_devices)
+    return FailurePhase(policy, flows, inputs, mesh, width, per_call)
+
+
+def solve_set_range(prepared: FailurePhase, scenario: Scenario, fabric: AnyFabric,
+                    batch: FailureBatch, start: int, stop: int,
+                    progress: Callable[[int], None] | None = None) -> SetOutcome:
+    """Sets start..stop-1 of `batch` in chunks of `prepared.per_call` (the last one padded):
+    SetOutcome of numpy arrays with a leading [stop - start] axis. On a CPU the sets of a
+    call run one after another, so a set's outcome does not depend on the chunk it shares and
+    any split of the sets into ranges gives the same outcomes, bit for bit (on an accelerator
+    the sets of a group are vmapped; that is not checked)."""
+    per_call, mesh = prepared.per_call, prepared.mesh
+    parts = []
+    for first in range(start, stop, per_call):     # chunks of failure sets, not flows
+        last = min(first + per_call, stop)
+        out = run_chunk(prepared.policy, scenario, fabric, prepared.flows, prepared.inputs,
+                        place(batch.take(first, last, per_call), mesh),
+                        vmap_width=prepared.width, mesh=mesh)
+        out = fetch(out)
+        parts.append(type(out)(*(np.asarray(x)[: last - first] for x in out)))
+        if progress is not None:
+            progress(last - first)
+    return type(parts[0])(*(np.concatenate(xs) for xs in zip(*parts)))
+
+
 def solve_failure_sets(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flows,
                        outcome: PhaseOutcome, batch: FailureBatch, stream: tuple[int, int],
                        progress: Callable[[int], None] | None = None) -> SetOutcome:
@@ -195,24 +246,9 @@ def solve_failure_sets(policy: str, scenario: Scenario, fabric: AnyFabric, flows
     `outcome` ran on: SetOutcome of numpy arrays with a leading [B] axis. With several devices
     (`core.devices.shard_devices`) each chunk is sharded over them, and in a distributed run
     results are gathered from every process."""
-    slots = outcome.plane.shape[1]
-    width = vmap_width(policy, fabric.num_links, fabric.planes, flows.num_flows, slots,
-                       batch.size)
-    num_devices = shard_devices(batch.size)
-    mesh = device_mesh(num_devices) if num_devices > 1 else None
-    inputs = chunk_inputs(policy, scenario, fabric, flows, outcome, stream, mesh)
-    per_call = sets_per_call(width, batch.size, scenario.failures.chunk, num_devices)
-    parts = []
-    for start in range(0, batch.size, per_call):   # chunks of failure sets, not flows
-        stop = min(start + per_call, batch.size)
-        out = run_chunk(policy, scenario, fabric, flows, inputs,
-                        place(batch.take(start, stop, per_call), mesh), vmap_width=width,
-                        mesh=mesh)
-        out = fetch(out)
-        parts.append(type(out)(*(np.asarray(x)[: stop - start] for x in out)))
-        if progress is not None:
-            progress(stop - start)
-    return type(parts[0])(*(np.concatenate(xs) for xs in zip(*parts)))
+    prepared = prepare_failure_phase(policy, scenario, fabric, flows, outcome, batch.size,
+                                     stream)
+    return solve_set_range(prepared, scenario, fabric, batch, 0, batch.size, progress)
 
 
 def null_set_outcome(fabric: AnyFabric, sets: int) -> SetOutcome:

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from fabricjax.core.output import write_atomic
+from fabricjax.core.output import write_output
 from fabricjax.core.units import format_bytes, value_text
 
 DPI = 150
@@ -90,9 +90,10 @@ def _new_figure(rows: int = 1, cols: int = 1, *, sharey: bool = False):
 
 
 def _save(fig, path: str | Path) -> Path:
-    """Render `fig` to a temporary PNG beside `path`, then rename it over `path`, so a reader
-    never sees half an image and a failed render leaves nothing behind."""
-    return write_atomic(path, lambda handle: fig.savefig(handle, format="png", dpi=DPI),
+    """Render `fig` through `core.output.write_output`: a file gets a temporary PNG beside it
+    (beside a symlink's target) renamed over it, so a reader never sees half an image and a
+    failed render leaves nothing behind; a FIFO is written straight into."""
+    return write_output(path, lambda handle: fig.savefig(handle, format="png", dpi=DPI),
                         binary=True)
 
 

@@ -23,6 +23,7 @@ from fabricjax.core.cache import cache_record
 from fabricjax.core.version import __version__
 from fabricjax.config import Scenario
 from fabricjax.core.devices import device_record
+from fabricjax.core.stream import header, read_stream
 from fabricjax.engine.phase import solve_policy_phase
 from fabricjax.engine.plan import check_resources, simulate_phase
 from fabricjax.fabric.build import build, summary
@@ -30,6 +31,7 @@ from fabricjax.fabric.failures import check_failures
 from fabricjax.metrics import collective_record, step_record
 from fabricjax.policies import get
 from fabricjax.results import Report
+from fabricjax.scenario import result_config
 from fabricjax.study.resilience import failure_study, reliability_whatif
 from fabricjax.study.sensitivity import link_upgrades
 from fabricjax.study.sharing import sharing_rows
@@ -49,13 +51,37 @@ def versions() -> dict:
     }
 
 
+FAILURE_STREAM = "fabricjax failure study"
+
+
+def failure_header(scenario: Scenario) -> dict:
+    """The first record of a failure study's stream of per-set records: the validated scenario
+    (`scenario.result_config`: failures.chunk left out, since it never changes a result) and
+    the device the sets run on (the optimal bound's last float32 bits depend on the device
+    count, so a stream is resumed only where it was computed)."""
+    device = device_record()
+    return header(FAILURE_STREAM, result_config(scenario),
+                  {"device": device["device"], "devices_used": device["devices_used"]})
+
+
+def read_failure_stream(path, expected: dict) -> list[dict]:
+    """The per-set records of the stream at `path` (none when there is no file), after its
+    header is checked against `expected` (`failure_header`; a StreamError names what
+    differs). A record cut short by a kill is dropped from the file."""
+    return read_stream(path, expected)[1]
+
+
 def analyze(scenario: Scenario, *, trace: bool = False,
             progress: Callable[[str, int, int], None] | None = None,
-            sensitivity: bool = False) -> Report:
+            sensitivity: bool = False, failure_records: list[dict] | None = None,
+            on_failure_records: Callable[[list[dict]], None] | None = None) -> Report:
     """Evaluate every policy on every workload item of the scenario, then (when the scenario
     has `failures`) under every failure set, and the reliability what-if.
 
-    `trace`: keep mrc's P100 after every iteration in its records."""
+    `trace`: keep mrc's P100 after every iteration in its records. `failure_records`: the
+    per-set records an earlier run of the same study streamed (their sets are skipped);
+    `on_failure_records(records)`: called with each chunk of new per-set records as soon as
+    it is computed (`study.resilience.failure_study`)."""
     fabric = build(scenario)
     collectives = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
     check_resources(scenario, collectives, fabric)
@@ -97,7 +123,8 @@ def analyze(scenario: Scenario, *, trace: bool = False,
         upgrades = link_upgrades(scenario, fabric, collectives, baseline)
     study = reliability = None
     if scenario.failures is not None:
-        study = failure_study(scenario, fabric, collectives, baseline, progress=progress)
+        study = failure_study(scenario, fabric, collectives, baseline, progress=progress,
+                              done=failure_records, on_records=on_failure_records)
     if scenario.reliability is not None:
         reliability = reliability_whatif(scenario, fabric, collectives, baseline)
     if progress is not None:

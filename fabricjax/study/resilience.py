@@ -3,11 +3,13 @@
 Contract: `failure_study` takes the scenario, its fabric and workload and the baseline (no
 failure) outcomes of the analysis (the slots each policy ran on), evaluates every failure set
 of `fabric.failures.sample_failures` under every policy through the one phase program
-(`engine.batch.solve_failure_sets`), and returns one `results.FailureStudy`: a record per
+(`engine.batch.solve_set_range`), and returns one `results.FailureStudy`: a record per
 (policy, workload item, failure set) and a `results.FailureSummary` per (policy, workload
-item). `reliability_whatif` turns component failure rates into expected events, stall time
-and crash probability per policy. Both work on every fabric kind. Nothing here loops over
-flows or links; the loops are over policies, workload phases and chunks of failure sets.
+item); with `on_records` it hands each chunk's records over as they are computed (a stream),
+and with `done` it resumes from records an earlier run streamed. `reliability_whatif` turns
+component failure rates into expected events, stall time and crash probability per policy.
+Both work on every fabric kind. Nothing here loops over flows or links; the loops are over
+policies, workload phases and chunks of failure sets.
 
 The transient (README, "Failures"): a flow with bytes on a pre-failure path that died is
 *affected*; its collective step stalls until the policy reacts (`Policy.reaction_window_s`:
@@ -24,11 +26,12 @@ from typing import Callable
 import numpy as np
 
 from fabricjax.config import FailuresConfig, Scenario
-from fabricjax.engine.batch import null_set_outcome, solve_failure_sets
+from fabricjax.core.stream import StreamError
+from fabricjax.engine.batch import null_set_outcome, prepare_failure_phase, solve_set_range
 from fabricjax.engine.phase import line_rate_time_s, nic_rate, slot_links_host
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import kind_counts, sample_failures
-from fabricjax.metrics import failure_set_records, phase_duration_s
+from fabricjax.metrics import failure_summary, phase_duration_s, set_records
 from fabricjax.policies import get
 from fabricjax.results import FailureStudy, ReliabilityRow
 from fabricjax.workload.flows import Collective
@@ -36,47 +39,81 @@ from fabricjax.workload.flows import Collective
 
 def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Collective],
                   baseline: dict, *, samples: int | None = None,
-                  progress: Callable[[str, int, int], None] | None = None) -> FailureStudy:
+                  progress: Callable[[str, int, int], None] | None = None,
+                  done: list[dict] | None = None,
+                  on_records: Callable[[list[dict]], None] | None = None) -> FailureStudy:
     """Every policy on every workload item under every failure set.
 
-    baseline: {(policy, item): [PhaseOutcome per phase]} from the no-failure analysis."""
+    baseline: {(policy, item): [PhaseOutcome per phase]} from the no-failure analysis.
+    The sets of one (policy, item) are solved a chunk at a time, every phase of the chunk
+    before the next chunk (the inputs of all its phases stay on the device meanwhile), so a
+    chunk's records are final as soon as it is solved: `on_records(records)` gets them then,
+    in the study's order (policy, item, set). `done`: the first records of that order from an
+    earlier run of the same study (a stream read back); their sets are not solved again, and
+    the summaries, computed from the records alone, come out the same."""
     batch = sample_failures(scenario, samples, fabric=fabric)
-    total = batch.size * len(scenario.policies) * sum(len(c.phases) for c in collectives)
-    done = 0
+    B = batch.size
+    done = list(done or [])
+    blocks = [(policy, item) for policy in scenario.policies for item in range(len(collectives))]
+    if len(done) > B * len(blocks):
+        raise StreamError(f"the stream holds {len(done):,} failure-set records; this study has "
+                          f"{B * len(blocks):,}")
+    total = B * len(scenario.policies) * sum(len(c.phases) for c in collectives)
+    finished = 0
     records, summaries = [], []
-    for policy in scenario.policies:
+    for block, (policy, item) in enumerate(blocks):
+        collective = collectives[item]
         window = get(policy).reaction_window_s(scenario.failures)
-        for item, collective in enumerate(collectives):
-            results = []
-            for index, phase in enumerate(collective.phases):
-                label = f"{policy}: {collective.name} ({phase.name}), {batch.size:,} failure sets"
+        ours = done[block * B:(block + 1) * B]
+        for b, record in enumerate(ours):
+            expected = (policy, collective.name, b)
+            if (record.get("policy"), record.get("workload"), record.get("failure_set")) != \
+                    expected:
+                raise StreamError(f"record {block * B + b + 1} of the stream is not failure set "
+                                  f"{b} of {policy} on {collective.name}")
+        finished += len(ours) * len(collective.phases)
+        outcomes = baseline[(policy, item)]
+        endpoint = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time)))
+                       for p, o in zip(collective.phases, outcomes))
+        line_rate = sum(float(phase_duration_s(scenario, p,
+                                               line_rate_time_s(p.flows, nic_rate(fabric))))
+                        for p in collective.phases)
+        if len(ours) < B:
+            prepared = [prepare_failure_phase(policy, scenario, fabric, phase.flows,
+                                              outcomes[index], B, (collective.stream, index))
+                        if phase.flows.num_flows else None    # inside servers: no failure
+                        for index, phase in enumerate(collective.phases)]
+            per_call = max((p.per_call for p in prepared if p is not None), default=B)
+            for start in range(len(ours), B, per_call):
+                stop = min(start + per_call, B)
+                results = []
+                for index, phase in enumerate(collective.phases):
+                    label = f"{policy}: {collective.name} ({phase.name}), {B:,} failure sets"
 
-                def advance(n: int, label=label) -> None:
-                    nonlocal done
-                    done += n
+                    def advance(n: int, label=label) -> None:
+                        nonlocal finished
+                        finished += n
+                        if progress is not None:
+                            progress(label, finished, total)
+
                     if progress is not None:
-                        progress(label, done, total)
-
-                if progress is not None:
-                    progress(label, done, total)
-                if phase.flows.num_flows == 0:   # inside servers: no failure reaches it
-                    results.append(null_set_outcome(fabric, batch.size))
-                    advance(batch.size)
-                    continue
-                results.append(solve_failure_sets(
-                    policy, scenario, fabric, phase.flows, baseline[(policy, item)][index],
-                    batch, (collective.stream, index), advance))
-            endpoint = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time)))
-                           for p, o in zip(collective.phases, baseline[(policy, item)]))
-            line_rate = sum(float(phase_duration_s(scenario, p,
-                                                   line_rate_time_s(p.flows, nic_rate(fabric))))
-                            for p in collective.phases)
-            recs, summary = failure_set_records(policy, collective, results, fabric, scenario,
-                                                batch, line_rate, endpoint, window)
-            records.extend(recs)
-            summaries.append(summary)
+                        progress(label, finished, total)
+                    if prepared[index] is None:
+                        results.append(null_set_outcome(fabric, stop - start))
+                        advance(stop - start)
+                        continue
+                    results.append(solve_set_range(prepared[index], scenario, fabric, batch,
+                                                   start, stop, advance))
+                new = set_records(policy, collective, results, fabric, scenario, batch,
+                                  line_rate, endpoint, window, first=start)
+                if on_records is not None:
+                    on_records(new)
+                ours.extend(new)
+            del prepared
+        records.extend(ours)
+        summaries.append(failure_summary(policy, collective.name, ours, window))
     cfg = scenario.failures
-    return FailureStudy(samples=batch.size,
+    return FailureStudy(samples=B,
                         seed=scenario.seed if cfg.seed is None else cfg.seed,
                         components_per_set=kind_counts(batch, fabric), records=records,
                         summaries=summaries)

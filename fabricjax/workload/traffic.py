@@ -18,7 +18,8 @@ the array index (.npz), and what is allowed. Formats:
   is an htsim header or ``S->D`` connection is htsim, anything else csv.
 
 Every flow needs 1 <= bytes <= 2^60, a finite start >= 0, and src != dst. `write_csv` and
-`write_htsim` export a matrix atomically (temporary file, then `os.replace`).
+`write_htsim` export a matrix with `core.output.write_output` (a file atomically, a FIFO or a
+device straight into, never renamed over).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from fabricjax.core.errors import ScenarioError, short_repr
-from fabricjax.core.output import write_text_atomic
+from fabricjax.core.output import write_text
 from fabricjax.core.units import SIZE_HELP, parse_size
 
 FORMATS = ("auto", "csv", "npz", "htsim")
@@ -843,10 +844,12 @@ def _check_writable(matrix: TrafficMatrix, path: Path, field: str) -> None:
 
 
 def _atomic_write(path: Path, text: str, field: str) -> None:
-    """Write `text` to a new file beside `path`, then rename it over `path`: a reader sees
-    the old file or the whole new one, and a failed write leaves no partial file."""
+    """Write `text` with `core.output.write_output`: a file (or a symlink's target) gets a new
+    file beside it renamed over it, so a reader sees the old file or the whole new one and a
+    failed write leaves no partial file; a FIFO, a character device or ``-`` is written
+    straight into."""
     try:
-        write_text_atomic(text, path)
+        write_text(text, path)
     except OSError as err:
-        raise ScenarioError(field, f"{path}: cannot write ({err.strerror or type(err).__name__}"
-                            ")") from None
+        raise ScenarioError(field, str(err) if err.strerror is None else
+                            f"{path}: cannot write ({err.strerror})") from None
