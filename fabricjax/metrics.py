@@ -30,7 +30,7 @@ from fabricjax.results import FailureSummary, PolicyRecord, StepRecord
 from fabricjax.workload.flows import Collective, Phase
 
 OK, ITERATION_CAP, LOST_PLANE = int(Status.OK), int(Status.ITERATION_CAP), int(Status.LOST_PLANE)
-EVENT_LIMIT = int(Status.EVENT_LIMIT)
+EVENT_LIMIT, SKIPPED = int(Status.EVENT_LIMIT), int(Status.SKIPPED)
 QUANTILES = {"p50": 50.0, "p99": 99.0, "max": 100.0}
 
 
@@ -66,9 +66,13 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
                         scenario: Scenario) -> dict:
     """The collective under the progressive model: its time (None when a flow stalls), the
     flow completion time P50/P99/max over its fabric flows (each step's flows counted once per
-    repeat), the largest event count, and the status flags of the simulations."""
+    repeat), the largest event count, and the status flags of the simulations. A simulation
+    that `auto` gave up (`Status.SKIPPED`) leaves only its event count and "skipped"."""
     if any(o.progressive is None for o in outcomes if o.slots):
         return {}
+    runs = [o.progressive for o in outcomes if o.progressive is not None]
+    if any(int(run.status) & SKIPPED for run in runs):
+        return {"events": max(int(run.events) for run in runs), "skipped": True}
     total, events, status, fcts, weights = 0.0, 0, 0, [], []
     stalled = False
     for phase, outcome in zip(collective.phases, outcomes):
@@ -143,7 +147,8 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
     status_words = status_text(status)
     progressive_status = None
     if "events" in prog:
-        progressive_status = "event_limit" if prog.get("event_limit") else "ok"
+        progressive_status = ("skipped" if prog.get("skipped") else
+                              "event_limit" if prog.get("event_limit") else "ok")
     # the busiest phase's iteration when it had one (a phase inside servers has none)
     shown = outcomes[worst] if outcomes[worst].iterations is not None else (
         adaptive[0] if adaptive else None)

@@ -225,6 +225,25 @@ def test_event_limit_extrapolates_finite_finishes():
     np.testing.assert_allclose(two.finish, [0.2, 0.3], rtol=1e-5)
 
 
+
+def test_give_up_when_on_pace_to_pass_the_cap():
+    """31 flows of distinct sizes and one 50x larger share a link: one flow ends per event,
+    and the large one sets a long span. With a cap of 16 events the simulation is behind in
+    flows and in time from the start, so `give_up_after` 4 stops it after 4 events, flagged
+    skipped (not event_limit); 0 runs it to the cap; with a cap of 64 (it needs 32 events) it
+    is never behind in flows and is never given up."""
+    case = single_link(np.append(np.linspace(1.0, 2.0, 31), 100.0), 100.0)
+    gave_up = progressive(*case, max_events=16, give_up_after=4)
+    assert gave_up.events == 4
+    assert status_names(int(gave_up.status), Status.SKIPPED | Status.EVENT_LIMIT) == ["skipped"]
+    capped = progressive(*case, max_events=16, give_up_after=0)
+    assert capped.events == 16 and capped.status & Status.EVENT_LIMIT
+    assert not capped.status & Status.SKIPPED
+    finished = progressive(*case, max_events=64, give_up_after=4)
+    exact = progressive(*case)
+    assert finished.events == exact.events == 32 and int(finished.status) == Status.OK
+    np.testing.assert_array_equal(finished.finish, exact.finish)
+
 def test_batching_bounds_events_and_error():
     """32 flows on one link with sizes within 5% of each other: exact takes one event per
     flow; batch = 0.1 finishes all in one event. Batched flow i runs at C/32 throughout, so it

@@ -11,6 +11,7 @@ figures; fat-tree tiers were named like a Clos's; sweep headers were truncated. 
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -23,9 +24,12 @@ from fabricjax.report.tables import (bottleneck_lines, failure_table, flow_table
                                      sensitivity_table, sweep_table, time_table, trace_lines)
 from fabricjax.core.status import Status
 from fabricjax.engine.phase import endpoint_bound_time_s, line_rate_time_s
+from fabricjax.metrics import progressive_figures
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
+from fabricjax.solver.progressive import Progressive
 from fabricjax.sweep import short_names
+from fabricjax.workload.build import build_workload
 from fabricjax.workload.flows import Flows
 from test_cli import assert_one_line_error, fabricjax
 
@@ -120,6 +124,27 @@ def test_event_limit_marks_the_progressive_figures_not_the_completion():
     assert "event_limit" not in rendered(time_table(report))
     flows = rendered(flow_table(report))
     assert "*" in flows and "hit solver.max_events" in flows
+
+
+def test_a_given_up_simulation_shows_no_figures_and_says_why():
+    """`progressive: auto` gave the simulation up (Status.SKIPPED): the record keeps the event
+    count, no progressive time or FCT, status `skipped`; the flow table says so."""
+    scenario = parse_scenario({
+        "name": "given-up", "seed": 3, "fabric": TINY_FABRIC, "policies": ["spray"],
+        "workload": [{"name": "moe", "collective": "all-to-all", "size": "16MiB",
+                      "skew": 1.0}]})
+    report = analyze(scenario)
+    (collective,) = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
+    outcome = types.SimpleNamespace(slots=1, progressive=Progressive(
+        finish=np.full(collective.phases[0].flows.num_flows, np.inf), events=np.int32(32),
+        rounds=np.int32(3), status=np.int32(Status.SKIPPED)))
+    assert progressive_figures(collective, [outcome], scenario) == {"events": 32,
+                                                                     "skipped": True}
+    given_up = dataclasses.replace(report, records=[fake_record(
+        report, progressive_s=None, fct_p50_s=None, fct_p99_s=None, fct_max_s=None,
+        events=32, progressive_status="skipped")])
+    flows = rendered(flow_table(given_up))
+    assert "skipped (32)" in flows and "gave it up" in flows and "*" not in flows
 
 
 def fake_record(report, **changes):

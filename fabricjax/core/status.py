@@ -2,8 +2,10 @@
 
 Solvers never raise inside jit; they return an int32 of these flags and the host turns it
 into words with `status_text` (one function for every table and record). The bit order is
-the order in which the words are printed. `SETTLED` says how mrc's fixed point ended and is
-not a problem: `status_text` leaves it out unless asked (`PROBLEMS` is the default mask).
+the order in which the words are printed. `SETTLED` says how mrc's fixed point ended and
+`SKIPPED` that the progressive simulation gave up early (its figures are absent, the static
+ones stand); neither is a problem: `status_text` leaves them out unless asked (`PROBLEMS` is
+the default mask).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ class Status(enum.IntFlag):
     LOST_PLANE = 8       # optimal: a flow has no live path on some plane (that share is dropped)
     EVENT_LIMIT = 16     # the progressive simulation stopped at max_events (times extrapolated)
     SETTLED = 32         # mrc stopped in a noisy equilibrium (patience), not balanced
+    SKIPPED = 64         # progressive: auto gave up, on pace to pass max_events (no figures)
 
 
 NAMES = {Status.ROUND_LIMIT: "round_limit", Status.STALLED: "stalled",
          Status.ITERATION_CAP: "iteration_cap", Status.LOST_PLANE: "lost_plane",
-         Status.EVENT_LIMIT: "event_limit", Status.SETTLED: "settled"}
+         Status.EVENT_LIMIT: "event_limit", Status.SETTLED: "settled",
+         Status.SKIPPED: "skipped"}
 PROBLEMS = (Status.ROUND_LIMIT | Status.STALLED | Status.ITERATION_CAP | Status.LOST_PLANE
             | Status.EVENT_LIMIT)
 

@@ -28,7 +28,8 @@ import numpy as np
 
 from fabricjax.config import Scenario
 from fabricjax.core.status import Status
-from fabricjax.engine.plan import slowest_only, use_aggregation
+from fabricjax.engine.plan import (padded_flows, progressive_give_up, slowest_only,
+                                   use_aggregation)
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.paths import clos_path_links
 from fabricjax.policies import get
@@ -175,6 +176,26 @@ def concat_slots(parts: list[Slots]) -> Slots | None:
                  np.concatenate([p.choice for p in parts]))
 
 
+def pad_phase(phase: PhaseArrays, slots: Slots, count: int) -> tuple[PhaseArrays, Slots]:
+    """The phase and its slots padded to `count` flows with inert ones: GPU 0 to itself (one
+    T0, so no spine choice matters and mrc never marks one), no demand, no bytes, no NIC cap,
+    on flow 0's slots (each slot keeps its plane). `phase_core` gives them no weight, so they
+    put nothing on a link and freeze at rate 0 without stalling; the host drops their rows."""
+    extra = count - phase.src.shape[0]
+    if extra <= 0:
+        return phase, slots
+
+    def grow(a: np.ndarray, fill) -> np.ndarray:
+        tail = np.broadcast_to(np.asarray(fill, a.dtype), (extra, *a.shape[1:]))
+        return np.concatenate([a, tail])
+
+    padded = PhaseArrays(src=grow(phase.src, 0), dst=grow(phase.dst, 0),
+                         demand=grow(phase.demand, 0), size=grow(phase.size, 0),
+                         flow_cap=grow(phase.flow_cap, 0))
+    return padded, Slots(grow(slots.plane, slots.plane[0]), grow(slots.choice, slots.choice[0]),
+                         slots.state)
+
+
 # --------------------------------------------------------------------------- the program
 
 def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state: dict, alive,
@@ -189,6 +210,9 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
     key = jax.random.wrap_key_data(key_data)
     reaction = policy.react(routes, phase, plane, choice, state, alive, capacity, key, options,
                             settings, layout)
+    # padding flows (`pad_phase`: no demand; every real flow offers some) carry no weight
+    reaction = reaction._replace(weights=jnp.where(phase.demand[:, None] > 0,
+                                                   reaction.weights, 0.0))
     links = routes.slot_links(plane, reaction.choice)
     ids, coef = routes.incidence(plane, reaction.choice, links, reaction.weights)
     flow_cap = phase.flow_cap if reaction.carried is None else phase.flow_cap * reaction.carried
@@ -266,9 +290,12 @@ def solve_policy_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabr
     if slots is None:
         slots = initial_slots(policy, scenario, fabric, flows, stream, routes_host)
     alive_mask = np.ones(fabric.num_links, bool) if alive is None else np.asarray(alive, bool)
-    phase = phase_arrays(fabric, flows)
+    phase, device_slots = phase_arrays(fabric, flows), slots
+    if routes_host is None and not slots.state:   # a Clos: pad to the shape bucket
+        phase, device_slots = pad_phase(phase, slots, padded_flows(scenario, flows.num_flows))
     cfg = scenario.solver
-    args = jax.device_put((phase, slots.plane, slots.choice, slots.state, alive_mask,
+    args = jax.device_put((phase, device_slots.plane, device_slots.choice, slots.state,
+                           alive_mask,
                            fabric.capacity,
                            jax.random.key_data(phase_key(scenario.seed, item, index)),
                            policy.options(scenario), np.float32(cfg.eps),
@@ -279,6 +306,11 @@ def solve_policy_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabr
         layout=fabric.layout_bounds, tier_bounds=fabric.tier_bounds,
         top_k=min(TOP_LINKS, fabric.num_links),
         slowest_only=slowest_only(scenario, flows)))
+    real = flows.num_flows                  # the padding's rows go
+    reaction = reaction._replace(
+        choice=reaction.choice[:real], weights=reaction.weights[:real],
+        carried=None if reaction.carried is None else reaction.carried[:real])
+    result = result._replace(rates=result.rates[:real])
     status = int(reaction.status)
     iterations = int(reaction.iterations) if policy.iterative else None
     outcome = PhaseOutcome(
@@ -322,9 +354,10 @@ def aggregated_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flow
 # --------------------------------------------------------------------------- on a fixed split
 
 def _split_inputs(fabric: AnyFabric, flows: Flows, outcome: PhaseOutcome,
-                  alive: np.ndarray | None):
+                  alive: np.ndarray | None, padded: int | None = None):
     """(routes, phase, plane, choice, weights, carried, alive) on the device for a phase's
-    final split (the outcome's slots and weights)."""
+    final split (the outcome's slots and weights); `padded`: pad a Clos phase to that many
+    flows (`pad_phase`; the padding has no weight)."""
     if outcome.plane is None or outcome.weights is None:
         raise ValueError("this needs the per-flow slots of the phase; it was solved as "
                          "classes (set solver.aggregate: never)")
@@ -333,21 +366,28 @@ def _split_inputs(fabric: AnyFabric, flows: Flows, outcome: PhaseOutcome,
     carried = (np.ones(flows.num_flows, np.float32) if outcome.carried is None
                else outcome.carried)
     phase = phase_arrays(fabric, flows)
-    args = jax.device_put((phase, outcome.plane, outcome.choice, outcome.weights, carried,
-                           alive_mask))
+    slots, weights = Slots(outcome.plane, outcome.choice), outcome.weights
+    if pool_routes is None and padded is not None and padded > flows.num_flows:
+        extra = padded - flows.num_flows
+        phase, slots = pad_phase(phase, slots, padded)
+        weights = np.concatenate([weights, np.zeros((extra, weights.shape[1]), weights.dtype)])
+        carried = np.concatenate([carried, np.ones(extra, carried.dtype)])
+    args = jax.device_put((phase, slots.plane, slots.choice, weights, carried, alive_mask))
     return (device_routes(fabric, args[0], pool_routes), *args)
 
 
 @jax.jit
 def _progressive_program(routes, phase: PhaseArrays, plane, choice, weights, carried, start,
-                         alive, capacity, eps, max_rounds, max_events, batch) -> Progressive:
+                         alive, capacity, eps, max_rounds, max_events, batch,
+                         give_up_after) -> Progressive:
     links = routes.slot_links(plane, choice)
     ids, coef = routes.incidence(plane, choice, links, weights)
     capacity_ext = jnp.concatenate([jnp.where(alive, capacity, 0.0), jnp.array([jnp.inf])]
                                    ).astype(jnp.float32)
     return progressive_completion(ids, coef, phase.size, start, phase.flow_cap * carried,
                                   capacity_ext, eps=eps, max_rounds=max_rounds,
-                                  max_events=max_events, batch=batch)
+                                  max_events=max_events, batch=batch,
+                                  give_up_after=give_up_after)
 
 
 def simulate_progressive(scenario: Scenario, fabric: AnyFabric, flows: Flows,
@@ -355,15 +395,18 @@ def simulate_progressive(scenario: Scenario, fabric: AnyFabric, flows: Flows,
     """The progressive (flow-level) simulation of one phase on the split `outcome` ran:
     solver.progressive.Progressive of numpy arrays."""
     cfg = scenario.solver
+    padded = padded_flows(scenario, flows.num_flows)
     routes, phase, plane, choice, weights, carried, alive_dev = _split_inputs(
-        fabric, flows, outcome, alive)
-    start = (np.zeros(flows.num_flows, np.float32) if flows.start is None
-             else flows.start.astype(np.float32))
+        fabric, flows, outcome, alive, padded)
+    start = np.zeros(phase.src.shape[0], np.float32)   # the padding (no bytes) ends at 0
+    if flows.start is not None:
+        start[:flows.num_flows] = flows.start
     args = jax.device_put((start, fabric.capacity, np.float32(cfg.eps),
                            np.int32(cfg.max_rounds), np.int32(cfg.max_events),
-                           np.float32(cfg.event_batch)))
-    return jax.device_get(_progressive_program(routes, phase, plane, choice, weights, carried,
-                                               args[0], alive_dev, *args[1:]))
+                           np.float32(cfg.event_batch), np.int32(progressive_give_up(scenario))))
+    out = jax.device_get(_progressive_program(routes, phase, plane, choice, weights, carried,
+                                              args[0], alive_dev, *args[1:]))
+    return out._replace(finish=out.finish[:flows.num_flows])
 
 
 @jax.jit

@@ -9,9 +9,11 @@ Contract:
     its coefficients (`policies.base.Policy`): peak resident bytes measured on the CPU
     (`bench/memory_calibration.py`) and rounded up, so the estimate is an upper bound of the
     peak (1.1-1.5x of it on the calibration rows), not a description of each array.
+  * Shapes: a phase on a Clos is padded to `flow_bucket(F)` flows (at most 25% more), so
+    phases and scenarios of nearby sizes share one compiled program (`padded_flows`).
   * Per phase: whether it is solved as (T0, T0) classes (`use_aggregation`), whether its time
     needs only the slowest max-min rate (`slowest_only`), whether it gets the progressive
-    simulation (`simulate_phase`), and `check_resources`, the refusals that need the built
+    simulation (`simulate_phase`) and when `auto` gives it up (`progressive_give_up`), and `check_resources`, the refusals that need the built
     workload (a policy's per-flow state beyond what it can hold).
   * Failure sets: how many run per device call and how many are vmapped (`sets_per_call`,
     `vmap_width`).
@@ -45,6 +47,10 @@ AGGREGATE_ABOVE = 2**25
 # 131k-GPU ring step under ECMP, 131k flows x 8 QPs, took 6 minutes; measured).
 PROGRESSIVE_AUTO_LIMIT = 2**22
 PROGRESSIVE_AUTO_FLOWS = 2**15
+# ... and gives up, after this many events, a simulation that has finished a smaller share of
+# its flows than it has spent of `max_events`: on that pace it would end at the cap with an
+# extrapolation (the 128-GPU all-to-all spent 59 s of a 65 s analysis on 256 such events).
+PROGRESSIVE_GIVE_UP_EVENTS = 32
 
 # Peak resident bytes, measured (bench/memory_calibration.py, 2-core CPU, JAX 0.10) and rounded
 # up: the Python process with JAX loaded; per directed link (fabric arrays, link loads,
@@ -61,7 +67,31 @@ BYTES_PER_COMPONENT = 400
 BYTES_PER_RECORD_COMPONENT = 50
 
 
+# Flow-count buckets per doubling: a phase is padded to the next m * 2^k flows, m in 4..7, so
+# at most 25% more flows (none for a power of two, the common collective size) and four
+# compiled programs per doubling of the flow count instead of one per count.
+BUCKETS_PER_DOUBLING = 4
+
+
 # --------------------------------------------------------------------------- per phase
+
+def flow_bucket(num_flows: int) -> int:
+    """The smallest m * 2^k >= num_flows with m in BUCKETS_PER_DOUBLING..2*BUCKETS_PER_DOUBLING-1
+    (num_flows itself up to BUCKETS_PER_DOUBLING): the flow count a phase is padded to."""
+    if num_flows <= BUCKETS_PER_DOUBLING:
+        return max(num_flows, 0)
+    step = 1 << max(0, (num_flows - 1).bit_length() - BUCKETS_PER_DOUBLING.bit_length())
+    return -(-num_flows // step) * step
+
+
+def padded_flows(scenario: Scenario, num_flows: int) -> int:
+    """The flows a phase of `num_flows` occupies on the device: bucketed on a Clos (whose
+    routes are arithmetic, so inert padding flows cost only their slots), as they are on the
+    stored-path fabrics (whose routes are per-flow host arrays)."""
+    if scenario.fabric.kind == "multiplane-clos":
+        return flow_bucket(num_flows)
+    return num_flows
+
 
 def slots_per_flow(policy: str, scenario: Scenario) -> int:
     """K: the path slots each flow carries under `policy` on the scenario's fabric."""
@@ -106,6 +136,13 @@ def simulate_phase(scenario: Scenario, flows: Flows, policy: str) -> bool:
         return (flows.num_flows <= PROGRESSIVE_AUTO_FLOWS and
                 flows.num_flows * slots_per_flow(policy, scenario) <= PROGRESSIVE_AUTO_LIMIT)
     return bool(mode)
+
+
+def progressive_give_up(scenario: Scenario) -> int:
+    """The event count after which a progressive simulation on pace to pass `max_events`
+    stops (`solver.progressive.progressive_completion`'s `give_up_after`): only under
+    `auto`; `progressive: true` runs to the cap."""
+    return PROGRESSIVE_GIVE_UP_EVENTS if scenario.solver.progressive == "auto" else 0
 
 
 def check_resources(scenario: Scenario, collectives: list[Collective],
@@ -304,7 +341,7 @@ def estimate_memory(scenario: Scenario) -> MemoryEstimate:
         if uniform and aggregated(scenario, policy, flows):
             return aggregated_bytes(flows, geom)
         per_slot = get(policy).bytes_per_slot * (1 if clos else 2)
-        return per_slot * flows * slots_per_flow(policy, scenario)
+        return per_slot * padded_flows(scenario, flows) * slots_per_flow(policy, scenario)
 
     solves = {policy: max(solve_bytes(policy, f, u) for f, u, _ in candidates)
               for policy in scenario.policies}

@@ -90,8 +90,17 @@ def flow_table(report: Report) -> Table | None:
     if not rows:
         return None
     capped = any(r.progressive_status == "event_limit" for r in rows)
-    caption = ("* the simulation hit solver.max_events: the flows still running were "
-               "extrapolated from one last max-min solve" if capped else None)
+    skipped = any(r.progressive_status == "skipped" for r in rows)
+    notes = []
+    if capped:
+        notes.append("* the simulation hit solver.max_events: the flows still running were "
+                     "extrapolated from one last max-min solve")
+    if skipped:
+        notes.append("skipped: after the events shown the simulation had finished a smaller "
+                     "share of its flows, and of its time span, than it had spent of "
+                     "solver.max_events, so progressive: auto gave it up (progressive: true "
+                     "runs it to the cap)")
+    caption = "\n".join(notes) or None
     table = Table(title="Flow level: static (size / first max-min rate) vs progressive (rates "
                   "re-solved as flows finish); FCT over fabric flows", title_justify="left",
                   caption=caption, caption_justify="left")
@@ -102,11 +111,15 @@ def flow_table(report: Report) -> Table | None:
     for r in rows:
         events = f"{r.events:,}" if r.events is not None else (
             f"{r.aggregated_classes:,} classes" if r.aggregated_classes else "—")
+        if r.progressive_status == "skipped":
+            events = f"skipped ({r.events:,})"
         mark = "*" if r.progressive_status == "event_limit" else ""
 
         def simulated(value: float | None) -> str:
-            # None: a stalled flow, or no simulation (aggregated, or over the auto limit)
-            if value is None and (r.events is None or r.stalled_flows == 0):
+            # None: a stalled flow, or no simulation (aggregated, over the auto limit, or
+            # given up)
+            if value is None and (r.events is None or r.stalled_flows == 0 or
+                                  r.progressive_status == "skipped"):
                 return "—"
             return format_seconds(value) + mark
 

@@ -7,6 +7,10 @@ capacities in Gbit/s, times in seconds from the phase start (0). Each event fini
 one flow or admits at least one arrival, so a phase needs at most (flows with bytes) +
 (distinct arrival times) + 1 events; `max_events` may cut that short (then
 `Status.EVENT_LIMIT`).
+`give_up_after` > 0 (traced) stops early, flagged `Status.SKIPPED`, at the first event from
+that many on where both the share of the flows finished and the share of the first solve's span
+simulated are below the share of `max_events` spent (on pace to pass the cap, where the result
+would be an extrapolation anyway); the finish times are then not meaningful.
 `batch` > 0 approximates: flows finishing within a factor (1 + batch) of the earliest finish
 finish in the same event, each at its own time, but their bandwidth is released only when the
 last of them finishes, so the others keep the older rates a little too long (on one shared
@@ -26,6 +30,7 @@ from fabricjax.core.status import Status
 from fabricjax.solver.maxmin import GBIT_PER_BYTE, max_min_rates
 
 OK, STALLED, EVENT_LIMIT = int(Status.OK), int(Status.STALLED), int(Status.EVENT_LIMIT)
+SKIPPED = int(Status.SKIPPED)
 
 # Flows whose time to finish lies within this relative distance of the event's horizon finish
 # in that event even with batch = 0: f32 remainders of flows that tie exactly differ by a few
@@ -61,8 +66,8 @@ def _safe_divide(num: jax.Array, den: jax.Array, where: jax.Array) -> jax.Array:
 def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax.Array,
                            start_s: jax.Array, flow_cap: jax.Array, capacity_ext: jax.Array, *,
                            eps: jax.Array | float, max_rounds: jax.Array | int,
-                           max_events: jax.Array | int, batch: jax.Array | float
-                           ) -> Progressive:
+                           max_events: jax.Array | int, batch: jax.Array | float,
+                           give_up_after: jax.Array | int = 0) -> Progressive:
     """Finish time of every flow when rates are re-solved at every completion and arrival.
 
     links, weights: as `solver.max_min_rates` takes them (int32[F, K, H] link ids with
@@ -72,7 +77,8 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
     eps, max_rounds: the max-min solver's settings (each solve). max_events: bound on the event
         loop; if reached, the unfinished flows are extrapolated from one last solve in which all
         of them (pending arrivals included) share the fabric from their start or now, whichever
-        is later. batch >= 0: see the module docstring; 0 is exact.
+        is later. batch >= 0: see the module docstring; 0 is exact. give_up_after: see the
+        module docstring (0: never).
     """
     f32 = jnp.float32
     size_bytes = jnp.asarray(size_bytes, f32)
@@ -81,6 +87,7 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
     capacity_ext = jnp.asarray(capacity_ext, f32)
     batch = jnp.maximum(jnp.asarray(batch, f32), 0.0)
     max_events = jnp.asarray(max_events, jnp.int32)
+    give_up_after = jnp.asarray(give_up_after, jnp.int32)
     # remaining work in Gbit, so remaining / rate is seconds
     bits = size_bytes * GBIT_PER_BYTE
     sending = bits > 0
@@ -93,16 +100,29 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
     # time starts at the first arrival with bytes, so a late phase does not cost an empty event
     first = jnp.min(jnp.where(sending, start_s, jnp.inf))
     t0 = jnp.where(jnp.isfinite(first), first, 0.0)
-    # state: now, remaining (Gbit), finish, done, events, rounds, status, stalled
+    # state: now, remaining (Gbit), finish, done, events, rounds, status, stalled, span (the
+    # first solve's time to its slowest flow's end: the pace `give_up_after` measures against)
     init = (t0, bits, jnp.where(sending, 0.0, start_s), ~sending, jnp.int32(0), jnp.int32(0),
-            jnp.int32(OK), jnp.bool_(False))
+            jnp.int32(OK), jnp.bool_(False), f32(jnp.inf))
+
+    num_sending = jnp.sum(sending).astype(f32)
+
+    def behind(now, done, span, events):
+        # on pace to pass the cap: both the share of the flows finished and the share of the
+        # first solve's span (its slowest flow's end) simulated so far are below the share of
+        # the cap spent (flows alone misjudge a phase whose many flows all end late, time
+        # alone one whose few slow flows set a long span)
+        spent = events.astype(f32) / max_events.astype(f32)
+        finished = jnp.sum(done & sending).astype(f32)
+        return ((give_up_after > 0) & (events >= give_up_after) &
+                (finished < num_sending * spent) & (now - t0 < span * spent))
 
     def cond(state):
-        _, _, _, done, events, _, _, stalled = state
-        return jnp.any(~done) & ~stalled & (events < max_events)
+        now, _, _, done, events, _, _, stalled, span = state
+        return jnp.any(~done) & ~stalled & (events < max_events) & ~behind(now, done, span, events)
 
     def body(state):
-        now, remaining, finish, done, events, rounds, status, _ = state
+        now, remaining, finish, done, events, rounds, status, _, span = state
         active = ~done & (start_s <= now)
         mm = solve(active)
         moving = active & (mm.rates > 0)
@@ -128,10 +148,12 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
         drained = active & ~finishing & (new_remaining <= 0)
         new_finish = jnp.where(finishing, now + time_left, jnp.where(drained, new_now, finish))
         new_status = status | mm.status | jnp.where(stalled, STALLED, 0).astype(jnp.int32)
+        latest = jnp.max(jnp.where(moving, time_left, 0.0))
+        span = jnp.where(events == 0, now + latest - t0, span)
         return (new_now, new_remaining, new_finish, done | finishing | drained, events + 1,
-                jnp.maximum(rounds, mm.rounds), new_status, stalled)
+                jnp.maximum(rounds, mm.rounds), new_status, stalled, span)
 
-    now, remaining, finish, done, events, rounds, status, stalled = jax.lax.while_loop(
+    now, remaining, finish, done, events, rounds, status, stalled, span = jax.lax.while_loop(
         cond, body, init)
 
     def extrapolate(_):
@@ -149,10 +171,11 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
         # every flow is done, or the loop stalled and the flows still left never finish
         return jnp.where(done, finish, jnp.inf), jnp.int32(0), jnp.int32(OK)
 
-    hit_limit = jnp.any(~done) & ~stalled
+    gave_up = jnp.any(~done) & ~stalled & behind(now, done, span, events)
+    hit_limit = jnp.any(~done) & ~stalled & ~gave_up
     finish, extra_rounds, extra_status = jax.lax.cond(hit_limit, extrapolate, settle, None)
     return Progressive(finish=finish, events=events, rounds=jnp.maximum(rounds, extra_rounds),
-                       status=status | extra_status)
+                       status=status | extra_status | jnp.where(gave_up, SKIPPED, OK))
 
 
 def _quantile_with_inf(sorted_values: np.ndarray, q: float) -> float:
