@@ -346,7 +346,7 @@ class SolverConfig(_Strict):
     bandwidth and rates are re-solved) for the progressive completion time and the flow
     completion times; at most `max_events` re-solves per phase, completions within a factor
     (1 + `event_batch`) of the next one share an event. `auto`: for phases of up to 32,768
-    flows and 2^22 (flow, path) pairs, where it costs seconds, not minutes, and given up (status
+    flows and 2^18 (flow, path) pairs, where it costs seconds, not minutes, and given up (status
     `skipped`, no figures) when from 32 events on it has finished a smaller share of its flows,
     and of its time span, than it has spent of `max_events`; `true` always runs it, to the cap.
     `aggregate`: solve uniform phases (all-to-all) as (source T0, destination T0) classes —

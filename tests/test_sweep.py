@@ -222,6 +222,20 @@ def test_failure_columns_come_from_the_matching_summary(base):
     assert rows[6][-3:] == ["3.000", "—", "5"] and rows[0][-3:] == ["—", "—", "—"]
 
 
+def test_points_run_without_the_progressive_simulation(base):
+    """No sweep column carries the flow-level figures, so a point never simulates them."""
+    points = sweep_points(base, parse_sets(["seed=0,1"]))
+    seen = []
+
+    def record(scenario, progress=None):
+        seen.append(scenario.solver.progressive)
+        return _fake_report(scenario, False)
+
+    run_sweep(points, analyze_fn=record)
+    assert seen == [False, False]
+    assert points[0].scenario.solver.progressive == "auto"    # the point itself is untouched
+
+
 def test_tiny_sweep_rows_match_analyze_on_the_point(base, tmp_path):
     from fabricjax.engine.phase import run_phase
     from fabricjax.study.analyze import analyze

@@ -43,9 +43,11 @@ from fabricjax.workload.flows import Collective, Flows
 # x 128 EVs), which flow by flow still fits a laptop; a 4,096-GPU all-to-all has 2^31.
 AGGREGATE_ABOVE = 2**25
 # `solver.progressive: auto` simulates phases up to this many (flow, path) pairs and flows:
-# every event is a full max-min solve, and a phase can take up to `max_events` of them (the
-# 131k-GPU ring step under ECMP, 131k flows x 8 QPs, took 6 minutes; measured).
-PROGRESSIVE_AUTO_LIMIT = 2**22
+# every event is a full max-min solve, and a phase can take up to `max_events` of them.
+# Measured on the 2-core CPU: the 131k-GPU ring step under ECMP (131k flows x 8 QPs) took 6
+# minutes; the 8k ring step (2^20 pairs under spray and mrc, 128 EVs) 53 s and 35 s for 162
+# and 198 events; the quickstart's 2^17-pair phases well under a second each.
+PROGRESSIVE_AUTO_LIMIT = 2**18
 PROGRESSIVE_AUTO_FLOWS = 2**15
 # ... and gives up, after this many events, a simulation that has finished a smaller share of
 # its flows than it has spent of `max_events`: on that pace it would end at the cap with an
