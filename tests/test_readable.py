@@ -115,7 +115,7 @@ def test_event_limit_marks_the_progressive_figures_not_the_completion():
     the flow table's figures carry a star and say why."""
     scenario = parse_scenario({
         "name": "capped", "seed": 3, "fabric": TINY_FABRIC, "policies": ["spray"],
-        "solver": {"max_events": 2},
+        "solver": {"max_events": 2, "progressive": True},
         "workload": [{"name": "moe", "collective": "all-to-all", "size": "16MiB",
                       "skew": 1.0}]})
     report = analyze(scenario)

@@ -224,7 +224,7 @@ def test_failure_columns_come_from_the_matching_summary(base):
 
 def test_points_run_without_the_progressive_simulation(base):
     """No sweep column carries the flow-level figures, so a point never simulates them."""
-    points = sweep_points(base, parse_sets(["seed=0,1"]))
+    points = sweep_points(base, parse_sets(["seed=0,1", "solver.progressive=auto,true"]))
     seen = []
 
     def record(scenario, progress=None):
@@ -232,8 +232,9 @@ def test_points_run_without_the_progressive_simulation(base):
         return _fake_report(scenario, False)
 
     run_sweep(points, analyze_fn=record)
-    assert seen == [False, False]
-    assert points[0].scenario.solver.progressive == "auto"    # the point itself is untouched
+    assert seen == [False] * 4
+    # the points themselves (and so the stream's header and the rows' values) are untouched
+    assert [p.scenario.solver.progressive for p in points] == ["auto", True] * 2
 
 
 def test_tiny_sweep_rows_match_analyze_on_the_point(base, tmp_path):
