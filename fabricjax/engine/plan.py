@@ -13,8 +13,9 @@ Contract:
     phases and scenarios of nearby sizes share one compiled program (`padded_flows`).
   * Per phase: whether it is solved as (T0, T0) classes (`use_aggregation`), whether its time
     needs only the slowest max-min rate (`slowest_only`), whether it gets the progressive
-    simulation (`simulate_phase`) and when `auto` gives it up (`progressive_give_up`), and `check_resources`, the refusals that need the built
-    workload (a policy's per-flow state beyond what it can hold).
+    simulation (`simulate_phase`) and when `auto` gives it up (`progressive_give_up`), and
+    `check_resources`, the refusals that need the built workload (a policy's per-flow state
+    beyond what it can hold).
   * Failure sets: how many run per device call and how many are vmapped (`sets_per_call`,
     `vmap_width`).
 """
@@ -49,9 +50,11 @@ AGGREGATE_ABOVE = 2**25
 # and 198 events; the quickstart's 2^17-pair phases well under a second each.
 PROGRESSIVE_AUTO_LIMIT = 2**18
 PROGRESSIVE_AUTO_FLOWS = 2**15
-# ... and gives up, after this many events, a simulation that has finished a smaller share of
-# its flows than it has spent of `max_events`: on that pace it would end at the cap with an
-# extrapolation (the 128-GPU all-to-all spent 59 s of a 65 s analysis on 256 such events).
+# ... and gives up, from this many events on, a simulation that has finished a smaller share of
+# its flows, and of its first solve's span, than it has spent of `max_events`: on that pace it
+# would end at the cap with an extrapolation (the 128-GPU all-to-all under ECMP spent 59 s of a
+# 65 s analysis on 256 such events; its skewed phase is now given up at 32, the uniform at 202,
+# while spraying's skewed phase, done in 127, and the quickstart's, in up to 116, still run).
 PROGRESSIVE_GIVE_UP_EVENTS = 32
 
 # Peak resident bytes, measured (bench/memory_calibration.py, 2-core CPU, JAX 0.10) and rounded
@@ -88,7 +91,7 @@ def flow_bucket(num_flows: int) -> int:
 
 def padded_flows(scenario: Scenario, num_flows: int) -> int:
     """The flows a phase of `num_flows` occupies on the device: bucketed on a Clos (whose
-    routes are arithmetic, so inert padding flows cost only their slots), as they are on the
+    routes are arithmetic, so inert padding flows cost only their slots); exact on the
     stored-path fabrics (whose routes are per-flow host arrays)."""
     if scenario.fabric.kind == "multiplane-clos":
         return flow_bucket(num_flows)
