@@ -302,7 +302,7 @@ def analyze(
     from fabricjax.core.output import STDOUT, write_json
     from fabricjax.report.json import report_dict
     from fabricjax.report.tables import (adaptation_table, bottleneck_lines, fabric_line,
-                                         flow_table, sharing_table, step_lines,
+                                         flow_table, model_line, sharing_table, step_lines,
                                          step_summary_table, step_table, time_table,
                                          trace_lines, utilisation_table)
 
@@ -317,6 +317,9 @@ def analyze(
         return
     out.print(f"[bold]{escape(report.scenario)}[/]: {fabric_line(report.fabric)}",
               highlight=False)
+    model = model_line(report)
+    if model is not None:
+        out.print(escape(model), highlight=False)
     out.print(utilisation_table(report))
     out.print(time_table(report))
     for table in (flow_table(report), sharing_table(report)):

@@ -298,10 +298,18 @@ class EcmpConfig(_Strict):
     qps: int = Field(1, ge=1, le=1024)
 
 
+# Where a spraying policy's entropy values land. routed: the sender names each EV's path
+# (MRC's SRv6 source routes), distinct and even across a plane's spines; hashed: every switch
+# hashes the EV onto an uplink (UEC fabrics, htsim), independently and with replacement.
+Placement = Literal["routed", "hashed"]
+
+
 class SprayConfig(_Strict):
-    """Oblivious spraying over `evs` entropy values (path slots), equal per plane."""
+    """Oblivious spraying over `evs` entropy values (path slots), equal per plane, placed
+    `routed` (distinct, even) or `hashed` (each EV onto a random path of its plane)."""
 
     evs: int = Field(128, ge=1, le=4096)
+    placement: Placement = "routed"
 
 
 class MrcConfig(_Strict):
@@ -312,9 +320,11 @@ class MrcConfig(_Strict):
     improved by `tol` (relative) for `patience` iterations, or at `max_iters`. A failure set
     starts from the no-failure equilibrium (a warm start) and stops after `failure_patience`
     iterations without improvement (5: measured within 1.3% of `patience` 20's mean P100 over
-    failure sets, 3.5x faster; README "Failures")."""
+    failure sets, 3.5x faster; README "Failures"). `placement` places the initial EVs as
+    `spray.placement` does; a swap always draws a uniformly random path of the plane."""
 
     evs: int = Field(128, ge=1, le=4096)
+    placement: Placement = "routed"
     threshold: float = Field(1.0, gt=0.0, le=100.0)
     damping: float = Field(0.3, gt=0.0, le=1.0)
     max_iters: int = Field(500, ge=1, le=100_000)

@@ -171,15 +171,18 @@ def solve_phase(fabric, paths, flows, scenario, alive=None):
 
 
 def solve_aggregated_classes(geom, policy, classes, demand, size_bytes, capacity, *, evs=None,
-                             qps=None, rng=None, flow_cap=None, top_k=TOP_LINKS):
-    """A phase of (T0, T0) `classes` under `policy` (its `class_slots`): spray with `evs`,
-    ecmp with `qps` per plane drawn from `rng`; `demand` None: the offered demand."""
+                             qps=None, rng=None, flow_cap=None, top_k=TOP_LINKS,
+                             placement="routed"):
+    """A phase of (T0, T0) `classes` under `policy` (its `class_slots`): spray with `evs`
+    placed `placement`, ecmp with `qps` per plane drawn from `rng`; `demand` None: the
+    offered demand."""
     pol = get(policy)
     if not pol.aggregatable:
         raise ValueError(f"{policy} cannot be solved as classes")
     if (policy == "spray" and not evs) or (policy == "ecmp" and (not qps or rng is None)):
         raise ValueError("spray needs evs >= 1; ecmp needs qps >= 1 and an rng")
-    options = SimpleNamespace(spray=SimpleNamespace(evs=evs), ecmp=SimpleNamespace(qps=qps))
+    options = SimpleNamespace(spray=SimpleNamespace(evs=evs, placement=placement),
+                              ecmp=SimpleNamespace(qps=qps))
     class_slots, plane_slots = pol.class_slots(geom, classes, options, rng)
     if demand is None:
         demand = offered_class_demand(geom, classes)

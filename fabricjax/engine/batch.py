@@ -167,7 +167,7 @@ def chunk_inputs(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flow
     """The shared inputs of `run_chunk`, placed on the device (replicated over `mesh`)."""
     pol = get(policy)
     cfg = scenario.solver
-    routes_host = host_routes(fabric, flows, pol.path_pool)
+    routes_host = host_routes(fabric, flows, pol.pool(scenario))
     common = dict(capacity=fabric.capacity, link_src=fabric.link_src, link_dst=fabric.link_dst,
                   eps=np.float32(cfg.eps), max_rounds=np.int32(cfg.max_rounds))
     # PRNG keys travel as raw key data: plain uint32 arrays can be placed as global arrays

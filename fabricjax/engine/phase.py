@@ -162,7 +162,7 @@ def initial_slots(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: 
     stream, so a job's flows get the same slots alone and sharing the fabric."""
     item, index = stream
     if routes is None:
-        routes = host_routes(fabric, flows, policy.path_pool)
+        routes = host_routes(fabric, flows, policy.pool(scenario))
     rng = np.random.default_rng([scenario.seed, policy.init_stream(), item, index])
     return policy.init(scenario, fabric, flows, routes, rng)
 
@@ -286,7 +286,7 @@ def solve_policy_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabr
     # decided before any [F, K] slot array exists: aggregation is for what would not fit
     if slots is None and use_aggregation(scenario, fabric, flows, alive, policy.name):
         return aggregated_phase(policy, scenario, fabric, flows, stream)
-    routes_host = host_routes(fabric, flows, policy.path_pool)
+    routes_host = host_routes(fabric, flows, policy.pool(scenario))
     if slots is None:
         slots = initial_slots(policy, scenario, fabric, flows, stream, routes_host)
     alive_mask = np.ones(fabric.num_links, bool) if alive is None else np.asarray(alive, bool)
@@ -325,7 +325,7 @@ def solve_policy_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabr
         plane=slots.plane, choice=np.asarray(reaction.choice), state=slots.state,
         weights=np.asarray(reaction.weights),
         carried=None if reaction.carried is None else np.asarray(reaction.carried),
-        pool=policy.path_pool)
+        pool=policy.pool(scenario))
     if progressive:
         outcome = dataclasses.replace(
             outcome, progressive=simulate_progressive(scenario, fabric, flows, outcome, alive))

@@ -10,7 +10,10 @@ Slot k of a flow always belongs to plane ``k % P``, so planes get equal slot cou
 entropy values equally per plane). Within a plane, `spread_slots` places a flow's slots on
 distinct spines drawn at random (stratified: one random spine per equal stripe of the spine
 list, then a random rotation), and `hashed_slots` hashes each slot independently and uniformly,
-as a switch's ECMP hash does.
+as a switch's ECMP hash does. `placed_slots` picks between the two by a spraying policy's
+`placement`: "routed" (the sender names the spine, as MRC's SRv6 source routes do: distinct,
+even) or "hashed" (every switch hashes the EV onto an uplink: with replacement, as in UEC
+fabrics and htsim).
 """
 
 from __future__ import annotations
@@ -94,10 +97,28 @@ def hashed_slots(geom: ClosGeometry, num_flows: int, qps_per_plane: int,
                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(plane, spine) int32[F, qps*P]: each queue pair hashed uniformly onto a spine of its
     plane, independently (two QPs of one flow may collide, as real hashes do)."""
-    num_slots = qps_per_plane * geom.planes
+    return hashed_evs(geom, num_flows, qps_per_plane * geom.planes, rng)
+
+
+def hashed_evs(geom: ClosGeometry, num_flows: int, num_slots: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(plane, spine) int32[F, K]: slot k on plane k % P, its spine hashed uniformly and
+    independently (with replacement: a flow's EVs may share a spine)."""
     plane = np.broadcast_to(slot_planes(num_slots, geom.planes), (num_flows, num_slots))
     spine = rng.integers(0, geom.spines, size=(num_flows, num_slots))
     return plane.astype(np.int32), spine.astype(np.int32)
+
+
+PLACEMENTS = ("routed", "hashed")
+
+
+def placed_slots(geom: ClosGeometry, num_flows: int, num_slots: int, placement: str,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A spraying policy's EVs on the Clos: `spread_slots` when "routed", `hashed_evs` when
+    "hashed"."""
+    if placement == "hashed":
+        return hashed_evs(geom, num_flows, num_slots, rng)
+    return spread_slots(geom, num_flows, num_slots, rng)
 
 
 def path_set(geom: ClosGeometry, src: np.ndarray, dst: np.ndarray, plane: np.ndarray,

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.config import FailuresConfig, Scenario
+from fabricjax.fabric.paths import placed_slots
 from fabricjax.solver.maxmin import uniform_live_split
 
 
@@ -123,6 +124,16 @@ class Policy:
         """The stream `init` draws from (mrc starts from spraying's draw)."""
         return self.stream
 
+    def pool(self, scenario: Scenario) -> str:
+        """The candidate paths it chooses among on a stored-path fabric (`path_pool` unless
+        an option changes it: hashed EVs stay on the equal-cost paths, as switch hashes do)."""
+        return self.path_pool
+
+    def described(self, scenario: Scenario) -> dict:
+        """Model choices a report states next to the policy's name (e.g. spraying's EV
+        placement); {} when there are none."""
+        return {}
+
     def reaction_window_s(self, failures: FailuresConfig) -> float | None:
         """How long an affected flow's lost bytes stay lost (None: no transient)."""
         return failures.reconvergence_s if self.transient else None
@@ -170,13 +181,62 @@ class Policy:
         return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))
 
 
-def evs_field(section: str, scenario: Scenario) -> tuple[str, str, int]:
-    """`path_field` of a spraying policy: its EVs on a Clos (a multiple of the planes), the
-    fabric's candidate paths elsewhere (a multiple of a fat tree's planes)."""
+def uses_evs(section: Any, scenario: Scenario) -> bool:
+    """Whether a spraying policy (its config `section`: `spray` or `mrc`) carries `evs` slots
+    per flow: always on a Clos, and when hashed on a stored-path fabric (EVs hashed onto the
+    equal-cost paths); routed on a stored-path fabric it uses each candidate path once."""
+    return scenario.fabric.kind == "multiplane-clos" or section.placement == "hashed"
+
+
+def spraying_slots(section: Any, scenario: Scenario) -> int:
+    """`slots_per_flow` of a spraying policy: its EVs, or the fabric's candidate paths."""
+    return section.evs if uses_evs(section, scenario) else scenario.fabric.paths
+
+
+def evs_field(name: str, scenario: Scenario) -> tuple[str, str, int]:
+    """`path_field` of a spraying policy (`name` its section): its EVs (a multiple of the
+    planes on a Clos or fat tree), or the fabric's candidate paths when it sprays over them."""
     cfg = scenario.fabric
-    if cfg.kind == "multiplane-clos":
-        return section, "evs", cfg.planes
-    return "fabric", "paths", cfg.planes if cfg.kind == "fat-tree" else 1
+    step = cfg.planes if cfg.kind in ("multiplane-clos", "fat-tree") else 1
+    if uses_evs(getattr(scenario, name), scenario):
+        return name, "evs", step
+    return "fabric", "paths", step
+
+
+def spraying_pool(section: Any) -> str:
+    """`pool` of a spraying policy: hashed EVs land on equal-cost paths only."""
+    return "equal-cost" if section.placement == "hashed" else "candidates"
+
+
+def spraying_init(section: Any, scenario: Scenario, fabric: Any, flows: Any, routes: Any,
+                  rng: np.random.Generator) -> Slots:
+    """The initial EVs of a spraying policy (`section`: its config) on any fabric."""
+    if routes is None:
+        return Slots(*placed_slots(fabric.geometry, flows.num_flows, section.evs,
+                                   section.placement, rng))
+    if section.placement == "hashed":
+        return Slots(*hashed_stored_slots(routes, section.evs, rng))
+    return Slots(*stored_spray_slots(routes))
+
+
+def hashed_stored_slots(routes: Any, num_slots: int, rng: np.random.Generator
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(plane, choice) int32[F, K] on a stored-path fabric: slot k on plane k % P, its path
+    drawn uniformly and independently among the plane's distinct candidates (a flow with no
+    candidate on that plane, e.g. a graph whose planes are unknown, draws among all of its
+    distinct candidates)."""
+    num_flows = routes.plane.shape[0]
+    planes = routes.planes
+    slot_plane = np.broadcast_to(np.arange(num_slots) % planes, (num_flows, num_slots))
+    rows = np.arange(num_flows)[:, None]
+    count = routes.group_count[rows, slot_plane]
+    start = routes.group_start[rows, slot_plane]
+    uniform = rng.random((num_flows, num_slots))
+    in_plane = routes.by_plane[rows, start + (uniform * np.maximum(count, 1)).astype(np.int64)]
+    anywhere = (uniform * np.maximum(routes.distinct, 1)[:, None]).astype(np.int64)
+    choice = np.where(count > 0, in_plane, anywhere).astype(np.int32)
+    plane = np.take_along_axis(routes.plane, choice, axis=1).astype(np.int32)
+    return plane, choice
 
 
 def stored_spray_slots(routes: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ from fabricjax.config import Scenario
 from fabricjax.core.registry import register
 from fabricjax.fabric.paths import hashed_slots
 from fabricjax.policies.base import Policy, Reaction, Slots
-from fabricjax.solver.aggregate import ecmp_class_slots
+from fabricjax.solver.aggregate import hashed_class_slots
 from fabricjax.solver.incidence import REHASH_DRAWS
 from fabricjax.solver.maxmin import uniform_live_split
 
@@ -64,7 +64,7 @@ class Ecmp(Policy):
         """QP counts per (class, plane, spine): Multinomial(n_c * qps, 1/S) per (class,
         plane), the law of hashing every QP independently (exact in distribution)."""
         qps = scenario.ecmp.qps
-        return (ecmp_class_slots(geometry, classes, qps, rng),
+        return (hashed_class_slots(geometry, classes, np.full(geometry.planes, qps), rng),
                 np.full(geometry.planes, qps, np.float32))
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,

@@ -55,8 +55,8 @@ import numpy as np
 from fabricjax.config import FailuresConfig, Scenario
 from fabricjax.core.registry import register
 from fabricjax.core.status import Status
-from fabricjax.fabric.paths import spread_slots
-from fabricjax.policies.base import Policy, Reaction, Slots, evs_field, stored_spray_slots
+from fabricjax.policies.base import (Policy, Reaction, Slots, evs_field, spraying_init,
+                                     spraying_pool, spraying_slots)
 from fabricjax.policies.spray import SPRAY
 from fabricjax.solver.maxmin import uniform_live_split
 
@@ -230,8 +230,9 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
 
 @dataclasses.dataclass(frozen=True)
 class Mrc(Policy):
-    """MRC adaptive spraying: starts from spraying's EV draw (`mrc.evs` EVs on a Clos, the
-    `fabric.paths` candidate slots on stored-path fabrics) and reacts with the fixed point."""
+    """MRC adaptive spraying: starts from spraying's EV draw (`mrc.evs` EVs placed by
+    `mrc.placement` on a Clos, and hashed ones on stored-path fabrics; routed there, the
+    `fabric.paths` candidate slots) and reacts with the fixed point."""
 
     name: str = "mrc"
     stream: int = 3
@@ -247,12 +248,16 @@ class Mrc(Policy):
     failure_bytes_per_slot: int = 4 * 24                    # candidate draws and loads
 
     def slots_per_flow(self, scenario: Scenario) -> int:
-        if scenario.fabric.kind == "multiplane-clos":
-            return scenario.mrc.evs
-        return scenario.fabric.paths
+        return spraying_slots(scenario.mrc, scenario)
 
     def path_field(self, scenario: Scenario) -> tuple[str, str, int]:
         return evs_field("mrc", scenario)
+
+    def pool(self, scenario: Scenario) -> str:
+        return spraying_pool(scenario.mrc)
+
+    def described(self, scenario: Scenario) -> dict:
+        return {"placement": scenario.mrc.placement}
 
     def init_stream(self) -> int:
         return SPRAY.stream      # the same initial draw as spraying: columns differ by adapting
@@ -282,10 +287,7 @@ class Mrc(Policy):
         return "converged (balanced)" if iterations else "balanced at the start (nothing marked)"
 
     def init(self, scenario, fabric, flows, routes, rng) -> Slots:
-        if routes is None:
-            plane, spine = spread_slots(fabric.geometry, flows.num_flows, scenario.mrc.evs, rng)
-            return Slots(plane, spine)
-        return Slots(*stored_spray_slots(routes))
+        return spraying_init(scenario.mrc, scenario, fabric, flows, routes, rng)
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
               settings, layout) -> Reaction:

@@ -44,6 +44,8 @@ def report_dict(report: Report) -> dict:
         "fabric": report.fabric,
         "solver": report.solver,
         "config": report.config,
+        # each policy's description and the model choices it ran with (spraying's placement)
+        "policies": report.policies,
         "results": [r.as_dict() for r in report.records],
         "failures": report.failures.as_dict() if report.failures is not None else None,
         "reliability": ([r.as_dict() for r in report.reliability]

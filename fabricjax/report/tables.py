@@ -44,6 +44,15 @@ def fabric_line(fabric: dict) -> str:
             f"{fabric['links_directed']:,} directed links")
 
 
+def model_line(report: Report) -> str | None:
+    """The model choices the numbers depend on, in one line (None when there are none):
+    where each spraying policy's EVs land (routed by the sender, or hashed by the switches)."""
+    parts = [f"{name} EVs {described['placement']}"
+             for name, described in (report.policies or {}).items()
+             if "placement" in described]
+    return "model: " + " · ".join(parts) if parts else None
+
+
 def utilisation_table(report: Report) -> Table:
     table = Table(title="Link utilisation = offered load / capacity (busiest phase)",
                   title_justify="left")

@@ -173,13 +173,14 @@ def spray_class_slots(geom: ClosGeometry, classes: PhaseClasses, evs: int) -> np
     return (n[:, None] * per_spine[None, :])[:, :, None].astype(np.float32)
 
 
-def ecmp_class_slots(geom: ClosGeometry, classes: PhaseClasses, qps: int,
-                     rng: np.random.Generator) -> np.ndarray:
-    """int64[C, P, S]: QPs of each class on (plane, spine), Multinomial(n_c * qps, 1/S) per
-    (class, plane), independently: the law of hashing every QP uniformly and independently
-    (`paths.hashed_slots`). Local classes get 0."""
-    n = np.where(classes.cross, classes.flows * qps, 0)
-    trials = np.broadcast_to(n[:, None], (classes.num_classes, geom.planes))
+def hashed_class_slots(geom: ClosGeometry, classes: PhaseClasses, per_plane: np.ndarray,
+                       rng: np.random.Generator) -> np.ndarray:
+    """int64[C, P, S]: slots of each class on (plane, spine), Multinomial(n_c * K_p, 1/S) per
+    (class, plane), independently: the law of hashing every slot (an ECMP queue pair, a hashed
+    EV) uniformly and independently (`paths.hashed_evs`). `per_plane`: K_p, int[P]. Local
+    classes get 0."""
+    n = np.where(classes.cross, classes.flows, 0)
+    trials = n[:, None] * np.asarray(per_plane, np.int64)[None, :]
     return rng.multinomial(trials, np.full(geom.spines, 1.0 / geom.spines))
 
 
@@ -291,7 +292,7 @@ def solve_class_slots(geom: ClosGeometry, classes: PhaseClasses, class_slots: np
                       capacity: np.ndarray, *, flow_cap: float | None = None,
                       top_k: int = TOP_LINKS) -> AggregatedPhase:
     """Solve given slot counts per (class, plane, spine) ([C, P, S] or [C, P, 1]; e.g. from
-    `count_class_slots`, `ecmp_class_slots`, `spray_class_slots`) and a flow's slots per plane
+    `count_class_slots`, `hashed_class_slots`, `spray_class_slots`) and a flow's slots per plane
     `plane_slots` [P]. One transfer in, one jitted call, one transfer out."""
     if classes.num_classes == 0:
         raise ValueError("a phase without flows has no classes to solve")

@@ -144,6 +144,7 @@ def analyze(scenario: Scenario, *, trace: bool = False,
         sensitivity=upgrades,
         steps=steps or None,
         versions=versions(),
-        policies={name: {"label": get(name).label, "residual": get(name).residual_name}
+        policies={name: {"label": get(name).label, "residual": get(name).residual_name,
+                         **get(name).described(scenario)}
                   for name in scenario.policies},
     )
