@@ -573,7 +573,11 @@ def test_merge_key_bomb_is_refused_quickly(tmp_path):
     path.write_text(f"workload: [{{collective: permutation}}]\nsolver: {text}\n")
     start = time.perf_counter()
     err = load_error(path)
-    assert time.perf_counter() - start < 5 and "merge keys" in err.message
+    # PyYAML before 6.0.4 copies merged keys recursively (9^8 of them here) and the loader
+    # refuses the expansion; 6.0.4 merges them without repeats, and the two merged keys are
+    # refused as unknown fields. Either way: at once, on one line, naming what is wrong.
+    assert time.perf_counter() - start < 5
+    assert "merge keys" in err.message or err.field == "solver.a", err
 
 
 @pytest.mark.parametrize("text,field", [
