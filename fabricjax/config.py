@@ -373,6 +373,26 @@ class SolverConfig(_Strict):
     aggregate: Literal["auto", "always", "never"] = "auto"
 
 
+class TransportConfig(_Strict):
+    """What a packet transport adds to a flow's bytes at its max-min rate (README "Transport").
+
+    Every packet carries `mtu_bytes` of payload and `header_bytes` of headers, so a flow puts
+    size x (1 + header/mtu) bytes on the wire (goodput below line rate). Its last byte also
+    pays `link_latency_us` per link of its path (propagation and switching) and the store-and-
+    forward of one packet at every switch (`fabric.port_gbps`): a phase ends when the last
+    byte of its slowest flow arrives. A flow completion time is counted at the sender when its
+    last byte is acknowledged, as RDMA and UEC transports count it: with `ack_return` the
+    links' latency once more. `enabled: false` drops all of it (the bytes-over-rate fluid
+    model). Defaults: a 4 KiB RoCE/UEC MTU, 64 header bytes (Ethernet, IP, UDP and the
+    transport header), 1 us per link."""
+
+    enabled: bool = True
+    mtu_bytes: int = Field(4096, ge=256, le=65536)
+    header_bytes: int = Field(64, ge=0, le=4096)
+    link_latency_us: float = Field(1.0, ge=0.0, le=1e6)
+    ack_return: bool = True
+
+
 class FailureKindConfig(_Strict):
     """One kind of failed component. A failure set holds every component in `names`, plus
     `random` components drawn uniformly without replacement, plus each remaining component
@@ -519,6 +539,7 @@ class Scenario(_Strict):
     mrc: MrcConfig = MrcConfig()
     optimal: OptimalConfig = OptimalConfig()
     solver: SolverConfig = SolverConfig()
+    transport: TransportConfig = TransportConfig()
     failures: FailuresConfig | None = None
     reliability: ReliabilityConfig | None = None
     bom: BomConfig = BomConfig()

@@ -7,7 +7,8 @@ line-rate and endpoint-bound times, busbw, status, bottlenecks, the progressive 
 `set_records` turns the `engine.batch.SetOutcome`s of a chunk of failure sets into per-set JSON
 records and `failure_summary` the records of every set into a `results.FailureSummary` (from
 the records alone, so a resumed study's summary is the same). `phase_duration_s` is the one
-place a phase's fabric time becomes its duration (repeats, scale-up flows, step latency).
+place a phase's fabric time becomes its duration (repeats, scale-up flows, step latency, and
+the transport's headers and latency: `wire_factor`, `transport_latency_s`).
 `step_record` splits a training step's (or trace's) record by parallel dimension, names each
 dimension's slowest process group (`slowest_flows`: the flows progressive filling freezes
 first) and applies the step's overlap rule.
@@ -23,7 +24,8 @@ import numpy as np
 from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
 from fabricjax.engine.batch import STALLED_SHOWN
-from fabricjax.engine.phase import PhaseOutcome, line_rate_time_s, nic_rate, slot_links_host
+from fabricjax.engine.phase import (PhaseOutcome, flow_hops, line_rate_time_s, nic_rate,
+                                    slot_links_host)
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch
 from fabricjax.results import FailureSummary, PolicyRecord, StepRecord
@@ -42,11 +44,51 @@ def step_latency_s(scenario: Scenario, phase: Phase) -> float:
     return phase.latency_steps * (cfg.step_latency_us + cfg.hop_latency_us * phase.hops) * 1e-6
 
 
-def phase_duration_s(scenario: Scenario, phase: Phase, fabric_time):
+def wire_factor(scenario: Scenario) -> float:
+    """Wire bytes per payload byte: every `mtu_bytes` of payload carry `header_bytes` (1 when
+    the transport is off). A flow's bytes at its max-min rate take this much longer."""
+    cfg = scenario.transport
+    return 1.0 + cfg.header_bytes / cfg.mtu_bytes if cfg.enabled else 1.0
+
+
+def transport_latency_s(scenario: Scenario, hops, *, acknowledged: bool = False):
+    """What a flow over `hops` links pays beyond its wire bytes at its rate (float or numpy):
+    the link latency of every hop and one packet's store-and-forward at every switch, until its
+    last byte arrives (what a collective's next step waits for); `acknowledged` (a flow
+    completion time, counted at the sender) adds the acknowledgement's way back when
+    `transport.ack_return`. 0 for hops 0 or the transport off."""
+    cfg = scenario.transport
+    hops = np.asarray(hops, dtype=np.float64)
+    if not cfg.enabled:
+        return np.zeros_like(hops)
+    link_s = cfg.link_latency_us * 1e-6
+    packet_s = (cfg.mtu_bytes + cfg.header_bytes) * 8e-9 / scenario.fabric.port_gbps
+    ways = 2.0 if acknowledged and cfg.ack_return else 1.0
+    latency = hops * link_s * ways + np.maximum(hops - 1, 0) * packet_s
+    return np.where(hops > 0, latency, 0.0)
+
+
+def phase_hops(fabric: AnyFabric, phase: Phase) -> int:
+    """Links on the longest path of the phase's sending fabric flows (0 without any)."""
+    sending = phase.flows.size > 0
+    if fabric.kind == "clos" or not np.any(sending):
+        return phase.hops if np.any(sending) else 0
+    return int(flow_hops(fabric, phase.flows)[sending].max())
+
+
+def phase_duration_s(scenario: Scenario, phase: Phase, fabric_time, fabric: AnyFabric):
     """All `repeat` steps of a phase: each lasts as long as the slower of its fabric flows and
-    its scale-up flows, plus the step latency (float or numpy array of fabric times)."""
-    return phase.repeat * (np.maximum(fabric_time, phase.scaleup_time) +
-                           step_latency_s(scenario, phase))
+    its scale-up flows, plus the step latency (float or numpy array of fabric times). The
+    fabric flows' time is their bytes at the solved rates stretched by the headers, plus the
+    transport latency of the longest path until the last byte arrives (when they send
+    anything; the next step waits for the data, not for its acknowledgement)."""
+    fabric_time = np.asarray(fabric_time, dtype=np.float64)
+    latency = transport_latency_s(scenario, phase_hops(fabric, phase))
+    fabric_s = np.where(fabric_time > 0, fabric_time * wire_factor(scenario) + latency,
+                        fabric_time)
+    duration = phase.repeat * (np.maximum(fabric_s, phase.scaleup_time) +
+                               step_latency_s(scenario, phase))
+    return duration if duration.ndim else float(duration)
 
 
 def _quantile_dict(row: np.ndarray) -> dict:
@@ -63,11 +105,13 @@ def _weighted_quantiles(values: np.ndarray, weights: np.ndarray,
 
 
 def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
-                        scenario: Scenario) -> dict:
+                        scenario: Scenario, fabric: AnyFabric) -> dict:
     """The collective under the progressive model: its time (None when a flow stalls), the
     flow completion time P50/P99/max over its fabric flows (each step's flows counted once per
-    repeat), the largest event count, and the status flags of the simulations. A simulation
-    that `auto` gave up (`Status.SKIPPED`) leaves only its event count and "skipped"."""
+    repeat; a flow's time on the fabric stretched by the headers, plus its own path's
+    transport latency and last acknowledgement), the largest event count, and the status flags of the simulations. A
+    simulation that `auto` gave up (`Status.SKIPPED`) leaves only its event count and
+    "skipped"."""
     if any(o.progressive is None for o in outcomes if o.slots):
         return {}
     runs = [o.progressive for o in outcomes if o.progressive is not None]
@@ -85,11 +129,14 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
             sending = phase.flows.size > 0
             stalled |= bool(np.any(~np.isfinite(finish[sending])))
             fabric_end = float(np.max(finish[sending], initial=0.0))
-            fcts.append((finish - start)[sending])
+            fct = ((finish - start) * wire_factor(scenario) +
+                   transport_latency_s(scenario, flow_hops(fabric, phase.flows),
+                                       acknowledged=True))
+            fcts.append(fct[sending])
             weights.append(np.full(int(sending.sum()), phase.repeat, np.float64))
             events = max(events, int(run.events))
             status |= int(run.status) & EVENT_LIMIT
-        total += float(phase_duration_s(scenario, phase, fabric_end))
+        total += float(phase_duration_s(scenario, phase, fabric_end, fabric))
     out = {"progressive_s": None if stalled else total, "events": events,
            "event_limit": bool(status & EVENT_LIMIT)}
     if fcts and not stalled:
@@ -118,10 +165,10 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         status |= int(res.status)
         stalled += int(res.stalled)
         rounds = max(rounds, int(res.rounds))
-        completion += float(phase_duration_s(scenario, phase, float(res.phase_time)))
-        endpoint += float(phase_duration_s(scenario, phase, float(res.ideal_time)))
+        completion += float(phase_duration_s(scenario, phase, float(res.phase_time), fabric))
+        endpoint += float(phase_duration_s(scenario, phase, float(res.ideal_time), fabric))
         line_rate += float(phase_duration_s(scenario, phase,
-                                            line_rate_time_s(phase.flows, nic)))
+                                            line_rate_time_s(phase.flows, nic), fabric))
         rates = np.asarray(res.rates)
         if outcome.aggregated is None:
             rates = rates[phase.flows.size > 0]
@@ -141,7 +188,7 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         status |= ITERATION_CAP
     if any(o.lost_plane for o in outcomes):
         status |= LOST_PLANE
-    prog = progressive_figures(collective, outcomes, scenario) if finished else {}
+    prog = progressive_figures(collective, outcomes, scenario, fabric) if finished else {}
     # the completion table's status: what the static time rests on (the progressive
     # simulation's own cap is the flow table's business, `progressive_status`)
     status_words = status_text(status)
@@ -226,7 +273,7 @@ def set_records(policy: str, collective: Collective, results: list, fabric: AnyF
     top_util = np.stack([r.top_util for r in results], axis=1)[rows, busiest]
     stalled = sum(r.stalled.astype(np.int64) for r in results)
     affected = sum(r.affected.astype(np.int64) for r in results)
-    completion = sum(phase_duration_s(scenario, phase, r.phase_time.astype(np.float64))
+    completion = sum(phase_duration_s(scenario, phase, r.phase_time.astype(np.float64), fabric)
                      for phase, r in zip(collective.phases, results))
     finished = stalled == 0
     completion = np.where(finished, completion, np.nan)
@@ -400,12 +447,12 @@ def _dimension_row(dim, indices: list[int], collective: Collective,
     plan = collective.step
     phases = [collective.phases[i] for i in indices]
     results = [outcomes[i].result for i in indices]
-    durations = [float(phase_duration_s(scenario, p, float(r.phase_time)))
+    durations = [float(phase_duration_s(scenario, p, float(r.phase_time), fabric))
                  for p, r in zip(phases, results)]
     nic = nic_rate(fabric)
-    line_rate = sum(float(phase_duration_s(scenario, p, line_rate_time_s(p.flows, nic)))
+    line_rate = sum(float(phase_duration_s(scenario, p, line_rate_time_s(p.flows, nic), fabric))
                     for p in phases)
-    endpoint = sum(float(phase_duration_s(scenario, p, float(r.ideal_time)))
+    endpoint = sum(float(phase_duration_s(scenario, p, float(r.ideal_time), fabric))
                    for p, r in zip(phases, results))
     time = sum(durations) if finished else None
     row = {"dimension": dim.name, "collectives": dim.collectives, "groups": dim.groups,

@@ -47,8 +47,9 @@ def test_oversubscribed_fabric_cuts_bisection_to_a_third():
 
 @pytest.fixture(scope="module")
 def quickstart_report():
+    """The quickstart under the fluid model (transport off): the identities below are its."""
     scenario = with_overrides(load_scenario("scenarios/quickstart.yaml"),
-                              policies=["ecmp", "spray"])
+                              policies=["ecmp", "spray"], transport={"enabled": False})
     return analyze(scenario)
 
 
@@ -63,7 +64,7 @@ def test_quickstart_ecmp_tail_above_spraying(quickstart_report):
 
 def test_slowdown_is_the_p100_when_every_flow_offers_line_rate(quickstart_report):
     """Every flow offers its NIC rate D, so the slowest max-min rate is D / max(1, P100) and
-    completion / line rate = max(1, P100) exactly (no latency configured); a permutation and
+    completion / line rate = max(1, P100) exactly (no latency, no headers); a permutation and
     a ring load no NIC more than it sends, so the fabric's share is the same figure."""
     for r in quickstart_report.records:
         assert r.status == "ok" and r.stalled_flows == 0

@@ -29,8 +29,10 @@ FABRIC = {"gpus": 32, "planes": 2, "radix": 8, "gpus_per_server": 4}
 
 
 def scenario(items=None, *, jobs=None, fabric=None, **extra):
+    """A scenario on FABRIC under the fluid model (transport off), whose times the tests work
+    out by hand as bytes over rates; `transport=...` turns it back on."""
     data = {"fabric": {**FABRIC, **(fabric or {})}, "policies": ["spray"],
-            "spray": {"evs": 8}, **extra}
+            "spray": {"evs": 8}, "transport": {"enabled": False}, **extra}
     if items is not None:
         data["workload"] = items
     if jobs is not None:

@@ -66,6 +66,8 @@ def _scenario(seed: int, failures: dict | None, policies=POLICIES):
         "ecmp": {"qps": 2}, "spray": {"evs": 64}, "mrc": {"evs": 64},
         # full max-min rounds: figure 2 checks every flow's rate
         "solver": {"eps": 0.0, "rates": "full"},
+        # the fluid model: the figures' ratios are exact bytes over rates
+        "transport": {"enabled": False},
         "failures": failures,
     })
 

@@ -390,8 +390,10 @@ def test_gpu_with_every_nic_port_dead_stalls_its_flows():
 
 def test_whole_plane_dead_in_every_set():
     """Plane 0 dead in every set: every flow keeps plane 1, so nothing stalls, and each flow's
-    NIC rate halves (200G offered, one live 100G port): the slowdown is at least 2."""
-    report = analyze(parse_scenario(quick_scenario({"planes": [0]})))
+    NIC rate halves (200G offered, one live 100G port): the slowdown is at least 2 (in the
+    fluid model; the transport's latency, the same with one plane or two, would dilute it)."""
+    report = analyze(parse_scenario({**quick_scenario({"planes": [0]}),
+                                     "transport": {"enabled": False}}))
     data = check_report(report)
     for rec in data["failures"]["records"]:
         assert "plane0" in rec["components"], rec

@@ -170,7 +170,7 @@ def test_report_and_cli_state_the_placement(tmp_path):
     out = tmp_path / "r.json"
     result = CliRunner().invoke(app, ["analyze", str(path), "--json", str(out)])
     assert result.exit_code == 0, result.output
-    assert "model: spray EVs hashed · mrc EVs routed" in result.output
+    assert "model: spray EVs hashed · mrc EVs routed · transport 4096 B MTU" in result.output
     report = json.loads(out.read_text())
     assert report["policies"]["spray"]["placement"] == "hashed"
     assert report["policies"]["mrc"]["placement"] == "routed"

@@ -45,9 +45,10 @@ def rendered(table) -> str:
 @pytest.fixture(scope="module")
 def hot_spots():
     """Spraying on a 32-to-1 incast and a Zipf-skewed all-to-all: hot receivers, no fabric
-    hot spot (64 GPUs, two planes)."""
+    hot spot (64 GPUs, two planes). The fluid model (transport off): the ratios are exact."""
     scenario = parse_scenario({
         "name": "hot", "seed": 1, "fabric": TINY_FABRIC, "policies": ["spray"],
+        "transport": {"enabled": False},
         "workload": [
             {"name": "incast", "collective": "incast", "size": "4MiB", "gpus": 33},
             {"name": "moe", "collective": "all-to-all", "size": "16MiB", "skew": 1.0}]})
@@ -138,8 +139,8 @@ def test_a_given_up_simulation_shows_no_figures_and_says_why():
     outcome = types.SimpleNamespace(slots=1, progressive=Progressive(
         finish=np.full(collective.phases[0].flows.num_flows, np.inf), events=np.int32(32),
         rounds=np.int32(3), status=np.int32(Status.SKIPPED)))
-    assert progressive_figures(collective, [outcome], scenario) == {"events": 32,
-                                                                     "skipped": True}
+    assert progressive_figures(collective, [outcome], scenario, build(scenario)) == {
+        "events": 32, "skipped": True}
     given_up = dataclasses.replace(report, records=[fake_record(
         report, progressive_s=None, fct_p50_s=None, fct_p99_s=None, fct_max_s=None,
         events=32, progressive_status="skipped")])

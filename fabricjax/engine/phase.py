@@ -149,6 +149,19 @@ def host_routes(fabric: AnyFabric, flows: Flows, pool: str) -> StoredRoutes | No
     return stored_routes(cand, distinct, fabric.tier, fabric.plane, fabric.planes)
 
 
+def flow_hops(fabric: AnyFabric, flows: Flows) -> np.ndarray:
+    """int64[F]: links on each flow's path (its shortest on a stored-path fabric; on a Clos 4
+    across the spines, 2 within a T0)."""
+    if fabric.kind == "clos":
+        geom = fabric.geometry
+        cross = geom.t0_of(flows.src.astype(np.int64)) != geom.t0_of(flows.dst.astype(np.int64))
+        return np.where(cross, 4, 2).astype(np.int64)
+    if flows.num_flows == 0:
+        return np.zeros(0, np.int64)
+    routes = host_routes(fabric, flows, "equal-cost")
+    return np.sum(routes.cand[:, 0, :] != fabric.num_links, axis=-1).astype(np.int64)
+
+
 def device_routes(fabric: AnyFabric, phase: PhaseArrays, host: StoredRoutes | None):
     """The routes the device program takes: arithmetic on a Clos, the stored paths else."""
     if host is None:

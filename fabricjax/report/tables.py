@@ -46,10 +46,20 @@ def fabric_line(fabric: dict) -> str:
 
 def model_line(report: Report) -> str | None:
     """The model choices the numbers depend on, in one line (None when there are none):
-    where each spraying policy's EVs land (routed by the sender, or hashed by the switches)."""
+    where each spraying policy's EVs land (routed by the sender, or hashed by the switches)
+    and what the transport adds (headers, latency, the last ACK)."""
     parts = [f"{name} EVs {described['placement']}"
              for name, described in (report.policies or {}).items()
              if "placement" in described]
+    transport = (report.config or {}).get("transport")
+    if transport is not None:
+        if transport["enabled"]:
+            parts.append(f"transport {transport['mtu_bytes']} B MTU + "
+                         f"{transport['header_bytes']} B headers, "
+                         f"{transport['link_latency_us']:g} us per link" +
+                         (", FCT at the last ACK" if transport["ack_return"] else ""))
+        else:
+            parts.append("transport off (bytes over rate)")
     return "model: " + " · ".join(parts) if parts else None
 
 

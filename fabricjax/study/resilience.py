@@ -73,10 +73,11 @@ def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Colle
                                   f"{b} of {policy} on {collective.name}")
         finished += len(ours) * len(collective.phases)
         outcomes = baseline[(policy, item)]
-        endpoint = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time)))
+        endpoint = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time), fabric))
                        for p, o in zip(collective.phases, outcomes))
         line_rate = sum(float(phase_duration_s(scenario, p,
-                                               line_rate_time_s(p.flows, nic_rate(fabric))))
+                                               line_rate_time_s(p.flows, nic_rate(fabric)),
+                                               fabric))
                         for p in collective.phases)
         if len(ours) < B:
             prepared = [prepare_failure_phase(policy, scenario, fabric, phase.flows,

@@ -78,7 +78,7 @@ def _run_jobs(policy: str, exact: Scenario, fabric: AnyFabric, jobs: list[Collec
         step = {}
         for j in active:
             phase = jobs[j].phases[phase_index[j]]
-            step[j] = float(phase_duration_s(exact, phase, fabric_time[j])) / phase.repeat
+            step[j] = float(phase_duration_s(exact, phase, fabric_time[j], fabric)) / phase.repeat
         remaining = {j: steps_left[j] * step[j] for j in active}
         dt = min(remaining.values())
         if not np.isfinite(dt):      # every unfinished job is stalled
