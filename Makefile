@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
-        bench-collectives bench-incidence bench-coldstart bench-soak clean
+        bench-collectives bench-incidence bench-coldstart bench-soak bench-fidelity clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ bench: $(STAMP)
 # issue 7's suite: 1k to 131k GPUs, every policy, one table (about 30 minutes on 2 cores)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/bench_scale.py | tee bench/scale_last_run.log
+
+# issue 17: fabricjax's FCTs beside htsim's on the calibration cases (committed htsim results;
+# bench/fidelity/HTSIM.md says how they were made)
+bench-fidelity: $(STAMP)
+	$(BIN)/python bench/fidelity/compare.py | tee bench/fidelity/last_run.log
 
 bench-failures: $(STAMP)
 	$(BIN)/python bench/bench_failures.py

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build htsim_uec, the UEC packet-level simulator of the Ultra Ethernet transport working group,
+# at a pinned commit and outside this repository.
+#
+#   bash bench/fidelity/build_htsim.sh [WORKDIR] [SOURCE]
+#
+# WORKDIR  where src/, build/ and the logs go (default /work/htsim_build)
+# SOURCE   a git directory that holds the commit (a bare mirror or a clone); without it the
+#          public repository is cloned (needs network)
+#
+# The test suite stays off (it fetches googletest from the network). Everything runs under
+# `nice -n 19` with two jobs. Prints the binary's path last.
+set -euo pipefail
+WORKDIR="${1:-/work/htsim_build}"
+SOURCE="${2:-}"
+COMMIT=40ccb0526bb6297eeb22ab33f9934fb35278dbaf
+URL=https://github.com/ultraethernet/uet-htsim
+JOBS="${JOBS:-2}"
+
+mkdir -p "$WORKDIR"
+if [ -z "$SOURCE" ]; then
+    SOURCE="$WORKDIR/clone.git"
+    [ -d "$SOURCE" ] || git clone --quiet --bare "$URL" "$SOURCE"
+fi
+if ! git --git-dir="$SOURCE" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
+    echo "commit $COMMIT is not in $SOURCE" >&2
+    exit 1
+fi
+
+# a clean source tree of exactly that commit
+rm -rf "$WORKDIR/src"
+mkdir -p "$WORKDIR/src"
+git --git-dir="$SOURCE" archive "$COMMIT" | tar -x -C "$WORKDIR/src"
+echo "$COMMIT" > "$WORKDIR/src/COMMIT"
+
+nice -n 19 cmake -S "$WORKDIR/src/htsim/sim" -B "$WORKDIR/build" \
+    -DCMAKE_BUILD_TYPE=Release -DENABLE_TESTS=OFF > "$WORKDIR/cmake.log" 2>&1
+nice -n 19 make -C "$WORKDIR/build" -j"$JOBS" htsim_uec > "$WORKDIR/make.log" 2>&1
+
+BIN="$WORKDIR/build/datacenter/htsim_uec"
+[ -x "$BIN" ] || { echo "no binary at $BIN (see $WORKDIR/make.log)" >&2; exit 1; }
+echo "$BIN"
