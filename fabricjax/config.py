@@ -315,8 +315,9 @@ class SprayConfig(_Strict):
 class MrcConfig(_Strict):
     """MRC adaptive spraying: `evs` entropy values per flow (equal per plane, the same initial
     set as `spray` when the counts match); an EV whose path's worst controllable utilisation
-    exceeds `threshold` is marked and moves to a random spine of its plane with probability
-    damping * (u - threshold) / u. Stops when nothing is marked, when the fabric overload has not
+    exceeds the marking level, `threshold` x max(1, the fabric links' mean utilisation), is
+    marked and moves to a random spine of its plane with probability
+    damping * (u - level) / u. Stops when nothing is marked, when the fabric overload has not
     improved by `tol` (relative) for `patience` iterations, or at `max_iters`. A failure set
     starts from the no-failure equilibrium (a warm start) and stops after `failure_patience`
     iterations without improvement (5: measured within 1.3% of `patience` 20's mean P100 over

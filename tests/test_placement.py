@@ -193,3 +193,26 @@ def test_analyze_runs_hashed_mrc_to_a_lower_p100_than_hashed_spray():
     p100 = {r.policy: r.p100_utilisation for r in report.records}
     assert p100["spray"] > 1.2
     assert p100["mrc"] < p100["spray"]
+
+
+DEGRADED_EDGES = "".join(
+    [f"gpu{h} l{h // 8} 100\n" for h in range(16)] +
+    [f"l{leaf} s{s} {100 if s < 2 else 25}\n" for leaf in range(2) for s in range(4)])
+
+
+def test_mrc_evens_an_over_offered_degraded_fabric_out_by_capacity(tmp_path):
+    """Two leaves of 8 hosts, four spines, two of them at a quarter of the speed: 8 flows of
+    100G from leaf 0 to leaf 1 are offered 800G over 2 x 100 + 2 x 25 = 250G of uplinks, a
+    mean utilisation of 3.2 on every path's best case. Spraying evenly loads the slow spines
+    to 800 / 4 / 25 = 8. Every path is over capacity, so mrc marks against the fabric's mean
+    (3.2) and moves EVs off the slow spines until the loads follow the capacities."""
+    (tmp_path / "g.txt").write_text(DEGRADED_EDGES)
+    scen = parse_scenario({
+        "fabric": {"kind": "graph", "file": "g.txt", "gpus": 16, "paths": 4},
+        "policies": ["spray", "mrc"],
+        "spray": {"evs": 64, "placement": "hashed"}, "mrc": {"evs": 64, "placement": "hashed"},
+        "workload": [{"collective": "permutation", "size": MIB, "shift": 8, "gpus": 16}],
+        "solver": {"progressive": False}}).located(tmp_path)
+    p100 = {r.policy: r.p100_utilisation for r in analyze(scen).records}
+    assert p100["spray"] > 6.0
+    assert 3.2 <= p100["mrc"] < 3.2 * 1.15

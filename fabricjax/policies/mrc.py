@@ -14,19 +14,23 @@ The model of one iteration (what MRC does over a few round-trip times):
      spine of its plane can carry it (the GPU loses that plane, 1/P of its bandwidth);
   2. congestion signal: an EV is *marked* when the worst utilisation along the hops its choice
      controls (its switch-to-switch hops: on a Clos the T0 -> T1 uplink and T1 -> T0 downlink)
-     exceeds `threshold` (ECN marking at a queue that builds when offered load exceeds
-     capacity). The NIC-port hops are shared by
+     exceeds the marking level, `threshold` x max(1, the switch-to-switch links' mean
+     utilisation) (ECN marking at a queue that builds when offered load exceeds capacity; on
+     an oversubscribed or degraded fabric every path is offered more than it carries and
+     queues, and the paths that queue more are marked, so the swaps even the load out in
+     proportion to capacity: issue 17's calibration against htsim's REPS on a leaf-spine with
+     half its uplinks at 25% took mrc's median FCT from +125% to within 2%). The NIC-port hops are shared by
      every EV of a plane, so no swap can relieve them; congestion there is left to the rates;
   3. reaction: a marked EV moves to a uniformly random *other* path of the **same plane**
-     with probability damping * (u - threshold) / u, where u is its path's worst utilisation.
+     with probability damping * (u - level) / u, where u is its path's worst utilisation.
      When that path is dead the next one in cyclic order is tried (RETARGET_DRAWS
      candidates in all); when every candidate is dead the EV stays and retries next iteration.
-     The factor (u - threshold) / u is the share of the link's traffic in excess: ECN marks
+     The factor (u - level) / u is the share of the link's traffic in excess: ECN marks
      packets, not whole links, so in expectation about the excess moves and not everything
      (which would only move the hot spot). Staying in the plane keeps every flow's traffic
      exactly balanced across planes, as MRC's per-plane EV assignment does.
 Stops when no EV is marked (`balanced`), when the fabric's overload (the share of fabric
-load above threshold x capacity, a smooth measure, unlike the jumpy P100) has not improved by
+load above the marking level x capacity, a smooth measure, unlike the jumpy P100) has not improved by
 more than `tol` (relative) for `patience` iterations (`settled`), or at `max_iters`
 (`iteration cap`). In the *settled* case the swapping goes on in a noisy
 equilibrium, so its P100 fluctuates; what is returned is then the best EV set it reached
@@ -146,19 +150,25 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         controlled = jnp.where(fabric_dead, jnp.inf, controlled)
         p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
         fabric_load = load[fabric_lo:fabric_hi]
+        usable_cap = jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
+        # the marking level: `threshold` x the fabric's mean utilisation when that is above 1
+        # (an oversubscribed or degraded fabric is offered more than it carries everywhere:
+        # every path queues, and ECN then marks the paths that queue more, so swaps even the
+        # load out in proportion to capacity instead of chasing a level no path can reach)
+        level = threshold * jnp.maximum(
+            jnp.sum(fabric_load) / jnp.maximum(jnp.sum(usable_cap), 1e-30), 1.0)
         # excess over the marking level, so that the stop rule sees what marks react to
-        fabric_cap = threshold * jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
-        overload = jnp.sum(jnp.maximum(fabric_load - fabric_cap, 0.0)) / jnp.maximum(
+        overload = jnp.sum(jnp.maximum(fabric_load - level * usable_cap, 0.0)) / jnp.maximum(
             jnp.sum(fabric_load), 1e-30)
-        marked = cross & ~host_dead & ((controlled > threshold) | fabric_dead)
+        marked = cross & ~host_dead & ((controlled > level) | fabric_dead)
         # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
         # better (MRC retires them within microseconds), whatever its P100
         dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)
-        return controlled, marked, p100, overload, dead_evs
+        return controlled, marked, p100, overload, dead_evs, level
 
     ev_index = jnp.arange(num_flows * num_slots, dtype=jnp.uint32).reshape(spine.shape)
     seed_words = jax.random.bits(key, (2,), jnp.uint32)
-    controlled0, marked0, p100_0, overload0, dead0 = measure(spine)
+    controlled0, marked0, p100_0, overload0, dead0, level0 = measure(spine)
     trace0 = jnp.full(max_iters + 1, p100_0, jnp.float32)
     excess0 = jnp.full(max_iters + 1, overload0, jnp.float32)
 
@@ -166,7 +176,7 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     # tol, iteration, traces, and the best EV set (fewest EVs on dead paths, then lowest P100,
     # then lowest overload)
     init = (spine, controlled0, marked0, overload0, jnp.int32(0), jnp.int32(0), trace0,
-            excess0, spine, dead0, p100_0, overload0)
+            excess0, spine, dead0, p100_0, overload0, level0)
 
     def cond(state):
         _, _, marked, _, since_best, it = state[:6]
@@ -174,12 +184,12 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
 
     def body(state):
         (spine, controlled, marked, best, since_best, it, trace, excess,
-         best_spine, best_dead, best_p100, best_overload) = state
+         best_spine, best_dead, best_p100, best_overload, level) = state
         # one 32-bit draw per EV: the high half decides whether it moves, the low half where
         bits = hash_bits(ev_index, seed_words, it)
         dead = ~jnp.isfinite(controlled)
         share_over = jnp.where(dead, 1.0,
-                               (controlled - threshold) / jnp.maximum(controlled, 1e-30))
+                               (controlled - level) / jnp.maximum(controlled, 1e-30))
         # a congested EV moves with a probability that tracks the excess; a dead one (the first
         # lost packet retires it) is replaced at once
         p_move = jnp.where(marked, jnp.where(dead, 1.0, jnp.clip(damping * share_over, 0, 1)),
@@ -194,7 +204,7 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         target = jnp.take_along_axis(candidates, first[..., None], axis=-1)[..., 0]
         move = move & jnp.any(live, axis=-1) & routes.can_move()
         new_spine = jnp.where(move, target, spine).astype(spine.dtype)
-        controlled, marked, p100, overload, dead_evs = measure(new_spine)
+        controlled, marked, p100, overload, dead_evs, level = measure(new_spine)
         improved = overload < best * (1.0 - tol)
         best = jnp.minimum(best, overload)
         since_best = jnp.where(improved, 0, since_best + 1)
@@ -208,11 +218,11 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         best_p100 = jnp.where(better, p100, best_p100)
         best_overload = jnp.where(better, overload, best_overload)
         return (new_spine, controlled, marked, best, since_best, it + 1, trace, excess,
-                best_spine, best_dead, best_p100, best_overload)
+                best_spine, best_dead, best_p100, best_overload, level)
 
     final = jax.lax.while_loop(cond, body, init)
     (last_spine, _, last_marked, _, since_best, it, trace, excess, best_spine, _, _,
-     best_overload) = final
+     best_overload, _) = final
     steps = jnp.arange(max_iters + 1)
     trace = jnp.where(steps > it, trace[it], trace)  # unused tail repeats the final value
     excess = jnp.where(steps > it, excess[it], excess)
@@ -220,7 +230,7 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     # the swapping would go on, and the best EV set it reached is returned
     balanced = ~jnp.any(last_marked)
     spine_out = jnp.where(balanced, last_spine, best_spine)
-    _, marked_out, _, overload_out, _ = measure(spine_out)
+    _, marked_out, _, overload_out, _, _ = measure(spine_out)
     status = jnp.where(balanced, MRC_BALANCED,
                        jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
     return MrcResult(spine=spine_out, iterations=it, status=status.astype(jnp.int32),
