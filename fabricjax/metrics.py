@@ -109,9 +109,9 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
     """The collective under the progressive model: its time (None when a flow stalls), the
     flow completion time P50/P99/max over its fabric flows (each step's flows counted once per
     repeat; a flow's time on the fabric stretched by the headers, plus its own path's
-    transport latency and last acknowledgement), the largest event count, and the status flags of the simulations. A
-    simulation that `auto` gave up (`Status.SKIPPED`) leaves only its event count and
-    "skipped"."""
+    transport latency and last acknowledgement), the largest event count, and the status
+    flags of the simulations. A simulation that `auto` gave up (`Status.SKIPPED`) leaves only
+    its event count and "skipped"."""
     if any(o.progressive is None for o in outcomes if o.slots):
         return {}
     runs = [o.progressive for o in outcomes if o.progressive is not None]

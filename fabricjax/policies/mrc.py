@@ -19,8 +19,9 @@ The model of one iteration (what MRC does over a few round-trip times):
      an oversubscribed or degraded fabric every path is offered more than it carries and
      queues, and the paths that queue more are marked, so the swaps even the load out in
      proportion to capacity: issue 17's calibration against htsim's REPS on a leaf-spine with
-     half its uplinks at 25% took mrc's median FCT from +125% to within 2%). The NIC-port hops are shared by
-     every EV of a plane, so no swap can relieve them; congestion there is left to the rates;
+     half its uplinks at 25% took mrc's median FCT from +125% to within 2%). The NIC-port
+     hops are shared by every EV of a plane, so no swap can relieve them; congestion there is
+     left to the rates;
   3. reaction: a marked EV moves to a uniformly random *other* path of the **same plane**
      with probability damping * (u - level) / u, where u is its path's worst utilisation.
      When that path is dead the next one in cyclic order is tried (RETARGET_DRAWS
@@ -30,8 +31,8 @@ The model of one iteration (what MRC does over a few round-trip times):
      (which would only move the hot spot). Staying in the plane keeps every flow's traffic
      exactly balanced across planes, as MRC's per-plane EV assignment does.
 Stops when no EV is marked (`balanced`), when the fabric's overload (the share of fabric
-load above the marking level x capacity, a smooth measure, unlike the jumpy P100) has not improved by
-more than `tol` (relative) for `patience` iterations (`settled`), or at `max_iters`
+load above the marking level x capacity, a smooth measure, unlike the jumpy P100) has not
+improved by more than `tol` (relative) for `patience` iterations (`settled`), or at `max_iters`
 (`iteration cap`). In the *settled* case the swapping goes on in a noisy
 equilibrium, so its P100 fluctuates; what is returned is then the best EV set it reached
 (fewest EVs left on dead paths, then lowest P100, then lowest overload), never worse than the
