@@ -6,6 +6,7 @@ so the suite gives the same float32 answers on a laptop and on a GPU machine.
 
 from __future__ import annotations
 
+import gc
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -35,6 +36,18 @@ from fabricjax.config import FabricConfig
 from fabricjax.scenario import parse_scenario
 
 enable_compile_cache()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's in-memory compiled programs after each test module. Every loaded XLA:CPU
+    executable holds memory mappings; the whole suite in one process passed Linux's
+    vm.max_map_count (65,530) about two thirds of the way through and crashed inside XLA
+    (a segfault while compiling or loading a program). The next module that needs a program
+    again loads it from the suite's compilation cache on disk."""
+    yield
+    jax.clear_caches()
+    gc.collect()  # the executables' mappings go when their last reference does
 
 # rtol/atol per dtype. float32: the solver's own saturation slack is 1e-5 relative, and a few
 # rounds of f32 sums each lose ~1e-7; 1e-4 leaves room for both without hiding real errors
