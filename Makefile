@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/fabricjax analyze scenarios/quickstart.yaml
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses=4
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
