@@ -49,6 +49,7 @@ def _release_compiled_programs():
     jax.clear_caches()
     gc.collect()  # the executables' mappings go when their last reference does
 
+
 # rtol/atol per dtype. float32: the solver's own saturation slack is 1e-5 relative, and a few
 # rounds of f32 sums each lose ~1e-7; 1e-4 leaves room for both without hiding real errors
 # (a wrong bottleneck moves a rate by a whole share, i.e. >= 10%).
