@@ -4,14 +4,16 @@
 #
 #   bash bench/fidelity/build_htsim.sh [WORKDIR] [SOURCE]
 #
-# WORKDIR  where src/, build/ and the logs go (default /work/htsim_build)
+# WORKDIR  where src/, build/ and the logs go (default: $HTSIM_BUILD, else htsim_build/ beside
+#          this repository)
 # SOURCE   a git directory that holds the commit (a bare mirror or a clone); without it the
 #          public repository is cloned (needs network)
 #
 # The test suite stays off (it fetches googletest from the network). Everything runs under
 # `nice -n 19` with two jobs. Prints the binary's path last.
 set -euo pipefail
-WORKDIR="${1:-/work/htsim_build}"
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"
+WORKDIR="${1:-${HTSIM_BUILD:-$(dirname "$REPO")/htsim_build}}"
 SOURCE="${2:-}"
 COMMIT=40ccb0526bb6297eeb22ab33f9934fb35278dbaf
 URL=https://github.com/ultraethernet/uet-htsim

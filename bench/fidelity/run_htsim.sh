@@ -6,9 +6,10 @@
 #   bash bench/fidelity/run_htsim.sh [CASE ...]        # default: every case, in the order below
 #
 # Environment (defaults in brackets):
-#   HTSIM  the binary build_htsim.sh prints   [/work/htsim_build/build/datacenter/htsim_uec]
-#   TOPOS  topologies of the same checkout    [/work/htsim_build/src/htsim/sim/datacenter/topologies]
-#   LOGS   raw stdout, scratch, wall times    [/work/htsim_build/logs]
+#   HTSIM_BUILD  build_htsim.sh's WORKDIR     [htsim_build/ beside this repository]
+#   HTSIM  the binary build_htsim.sh prints   [$HTSIM_BUILD/build/datacenter/htsim_uec]
+#   TOPOS  topologies of the same checkout    [$HTSIM_BUILD/src/htsim/sim/datacenter/topologies]
+#   LOGS   raw stdout, scratch, wall times    [$HTSIM_BUILD/logs]
 #   POLICIES  subset of: ecmp spray mrc_reps mrc_bitmap   [all four]
 #   SEEDS     subset of seeds                              [every matrix the case has]
 #
@@ -24,9 +25,11 @@
 # $LOGS/walltimes.tsv with its status, and the script goes on and exits 1 at the end.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-HTSIM="${HTSIM:-/work/htsim_build/build/datacenter/htsim_uec}"
-TOPOS="${TOPOS:-/work/htsim_build/src/htsim/sim/datacenter/topologies}"
-LOGS="${LOGS:-/work/htsim_build/logs}"
+REPO="$(cd "$HERE/../.." && pwd)"
+BUILD="${HTSIM_BUILD:-$(dirname "$REPO")/htsim_build}"
+HTSIM="${HTSIM:-$BUILD/build/datacenter/htsim_uec}"
+TOPOS="${TOPOS:-$BUILD/src/htsim/sim/datacenter/topologies}"
+LOGS="${LOGS:-$BUILD/logs}"
 POLICIES="${POLICIES:-ecmp spray mrc_reps mrc_bitmap}"
 MTU=4160
 END_US=100000
@@ -119,8 +122,11 @@ for case in "${CASES[@]}"; do
             if [[ ! "$finished" =~ ^[0-9]+/[0-9]+$ ]]; then status="parse_error"
             elif [ "${finished%/*}" != "${finished#*/}" ]; then status="unfinished"; fi
             if [ "$status" != ok ]; then failures=$((failures + 1)); rm -f "$csv"; fi
+            # the command as one could rerun it elsewhere: no path of this machine in it
+            command="${cmd[*]}"; command="${command//$BUILD/\$HTSIM_BUILD}"
+            command="${command//$REPO\//}"
             printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$wall" "$finished" "$status" \
-                "${cmd[*]}" >> "$LOGS/walltimes.tsv"
+                "$command" >> "$LOGS/walltimes.tsv"
             echo "$name: $finished flows finished, $status, ${wall}s"
         done
     done
