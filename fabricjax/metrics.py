@@ -6,9 +6,10 @@ phase) into a `results.PolicyRecord` (utilisation tail of the busiest phase, com
 line-rate and endpoint-bound times, busbw, status, bottlenecks, the progressive figures);
 `set_records` turns the `engine.batch.SetOutcome`s of a chunk of failure sets into per-set JSON
 records and `failure_summary` the records of every set into a `results.FailureSummary` (from
-the records alone, so a resumed study's summary is the same). `phase_duration_s` is the one
-place a phase's fabric time becomes its duration (repeats, scale-up flows, step latency, and
-the transport's headers and latency: `wire_factor`, `transport_latency_s`).
+the records alone, so a resumed study's summary is the same). The baseline and every failure
+set finish a phase's time through the same `engine.timing.phase_duration_s`, from the same
+prepared phase (arrival cohorts, hops); `reference_times` gives the endpoint bound (with the
+transport) and the line rate (payload at NIC rate, no overhead) it is read against.
 `step_record` splits a training step's (or trace's) record by parallel dimension, names each
 dimension's slowest process group (`slowest_flows`: the flows progressive filling freezes
 first) and applies the step's overlap rule.
@@ -24,8 +25,9 @@ import numpy as np
 from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
 from fabricjax.engine.batch import STALLED_SHOWN
-from fabricjax.engine.phase import (PhaseOutcome, flow_hops, line_rate_time_s, nic_rate,
-                                    slot_links_host)
+from fabricjax.engine.phase import PhaseOutcome, flow_hops, nic_rate, slot_links_host
+from fabricjax.engine.timing import (endpoint_bound_time_s, fabric_end_s, line_rate_time_s,
+                                     phase_duration_s, transport_latency_s, wire_factor)
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch
 from fabricjax.results import FailureSummary, PolicyRecord, StepRecord
@@ -36,59 +38,26 @@ EVENT_LIMIT, SKIPPED = int(Status.EVENT_LIMIT), int(Status.SKIPPED)
 QUANTILES = {"p50": 50.0, "p99": 99.0, "max": 100.0}
 
 
-def step_latency_s(scenario: Scenario, phase: Phase) -> float:
-    """The fixed cost of one step of `phase`: a base plus a per-link latency over its
-    longest path (solver.step_latency_us, solver.hop_latency_us), paid `latency_steps` times
-    (a pipelined tree's chunks climb and descend its depth)."""
-    cfg = scenario.solver
-    return phase.latency_steps * (cfg.step_latency_us + cfg.hop_latency_us * phase.hops) * 1e-6
+def reference_times(scenario: Scenario, fabric: AnyFabric, phase: Phase,
+                    hops: int) -> tuple[float, float]:
+    """(endpoint bound, line rate) of all the steps of a phase, the two references its
+    completion is read against. Endpoint bound: a perfect network with the transport (the
+    busiest NIC's wire bytes, the same latencies and step costs as the completion). Line rate:
+    payload bytes x 8 / NIC rate of the busiest sender (or the scale-up time, whichever is
+    longer), every repeat, with no overhead at all."""
+    nic = nic_rate(fabric)
+    endpoint = phase_duration_s(
+        scenario, phase, endpoint_bound_time_s(phase.flows, nic, wire_factor(scenario)), hops)
+    line_rate = phase.repeat * max(line_rate_time_s(phase.flows, nic), phase.scaleup_time)
+    return float(endpoint), float(line_rate)
 
 
-def wire_factor(scenario: Scenario) -> float:
-    """Wire bytes per payload byte: every `mtu_bytes` of payload carry `header_bytes` (1 when
-    the transport is off). A flow's bytes at its max-min rate take this much longer."""
-    cfg = scenario.transport
-    return 1.0 + cfg.header_bytes / cfg.mtu_bytes if cfg.enabled else 1.0
-
-
-def transport_latency_s(scenario: Scenario, hops, *, acknowledged: bool = False):
-    """What a flow over `hops` links pays beyond its wire bytes at its rate (float or numpy):
-    the link latency of every hop and one packet's store-and-forward at every switch, until its
-    last byte arrives (what a collective's next step waits for); `acknowledged` (a flow
-    completion time, counted at the sender) adds the acknowledgement's way back when
-    `transport.ack_return`. 0 for hops 0 or the transport off."""
-    cfg = scenario.transport
-    hops = np.asarray(hops, dtype=np.float64)
-    if not cfg.enabled:
-        return np.zeros_like(hops)
-    link_s = cfg.link_latency_us * 1e-6
-    packet_s = (cfg.mtu_bytes + cfg.header_bytes) * 8e-9 / scenario.fabric.port_gbps
-    ways = 2.0 if acknowledged and cfg.ack_return else 1.0
-    latency = hops * link_s * ways + np.maximum(hops - 1, 0) * packet_s
-    return np.where(hops > 0, latency, 0.0)
-
-
-def phase_hops(fabric: AnyFabric, phase: Phase) -> int:
-    """Links on the longest path of the phase's sending fabric flows (0 without any)."""
-    sending = phase.flows.size > 0
-    if fabric.kind == "clos" or not np.any(sending):
-        return phase.hops if np.any(sending) else 0
-    return int(flow_hops(fabric, phase.flows)[sending].max())
-
-
-def phase_duration_s(scenario: Scenario, phase: Phase, fabric_time, fabric: AnyFabric):
-    """All `repeat` steps of a phase: each lasts as long as the slower of its fabric flows and
-    its scale-up flows, plus the step latency (float or numpy array of fabric times). The
-    fabric flows' time is their bytes at the solved rates stretched by the headers, plus the
-    transport latency of the longest path until the last byte arrives (when they send
-    anything; the next step waits for the data, not for its acknowledgement)."""
-    fabric_time = np.asarray(fabric_time, dtype=np.float64)
-    latency = transport_latency_s(scenario, phase_hops(fabric, phase))
-    fabric_s = np.where(fabric_time > 0, fabric_time * wire_factor(scenario) + latency,
-                        fabric_time)
-    duration = phase.repeat * (np.maximum(fabric_s, phase.scaleup_time) +
-                               step_latency_s(scenario, phase))
-    return duration if duration.ndim else float(duration)
+def collective_references(scenario: Scenario, fabric: AnyFabric, collective: Collective,
+                          outcomes: list[PhaseOutcome]) -> tuple[float, float]:
+    """(endpoint bound, line rate) of a whole collective: `reference_times` summed."""
+    refs = [reference_times(scenario, fabric, p, o.hops)
+            for p, o in zip(collective.phases, outcomes)]
+    return sum(r[0] for r in refs), sum(r[1] for r in refs)
 
 
 def _quantile_dict(row: np.ndarray) -> dict:
@@ -108,9 +77,10 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
                         scenario: Scenario, fabric: AnyFabric) -> dict:
     """The collective under the progressive model: its time (None when a flow stalls), the
     flow completion time P50/P99/max over its fabric flows (each step's flows counted once per
-    repeat; a flow's time on the fabric stretched by the headers, plus its own path's
-    transport latency and last acknowledgement), the largest event count, and the status
-    flags of the simulations. A simulation that `auto` gave up (`Status.SKIPPED`) leaves only
+    repeat; a flow's time on the fabric for its wire bytes, plus its own path's transport
+    latency and last acknowledgement), the largest event count, and the status flags of the
+    simulations. Start times stay on the host in float64: a flow's end is its start plus its
+    own duration. A simulation that `auto` gave up (`Status.SKIPPED`) leaves only
     its event count and "skipped"."""
     if any(o.progressive is None for o in outcomes if o.slots):
         return {}
@@ -123,20 +93,23 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
         run = outcome.progressive
         fabric_end = 0.0
         if run is not None:
-            finish = np.asarray(run.finish, dtype=np.float64)
-            start = (np.zeros_like(finish) if phase.flows.start is None
-                     else phase.flows.start)
+            duration = np.asarray(run.duration, dtype=np.float64)
+            start = np.zeros_like(duration)
+            if phase.flows.start is not None:
+                cohorts = outcome.prepared.cohorts
+                real = phase.flows.num_flows
+                start = (cohorts.base[cohorts.cohort[:real]] +
+                         cohorts.offset[:real].astype(np.float64))
             sending = phase.flows.size > 0
-            stalled |= bool(np.any(~np.isfinite(finish[sending])))
-            fabric_end = float(np.max(finish[sending], initial=0.0))
-            fct = ((finish - start) * wire_factor(scenario) +
-                   transport_latency_s(scenario, flow_hops(fabric, phase.flows),
-                                       acknowledged=True))
+            stalled |= bool(np.any(~np.isfinite(duration[sending])))
+            fabric_end = float(np.max((start + duration)[sending], initial=0.0))
+            fct = duration + transport_latency_s(scenario, flow_hops(fabric, phase.flows),
+                                                 acknowledged=True)
             fcts.append(fct[sending])
             weights.append(np.full(int(sending.sum()), phase.repeat, np.float64))
             events = max(events, int(run.events))
             status |= int(run.status) & EVENT_LIMIT
-        total += float(phase_duration_s(scenario, phase, fabric_end, fabric))
+        total += float(phase_duration_s(scenario, phase, fabric_end, outcome.hops))
     out = {"progressive_s": None if stalled else total, "events": events,
            "event_limit": bool(status & EVENT_LIMIT)}
     if fcts and not stalled:
@@ -155,9 +128,7 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
     status = OK
     stalled = 0
     completion = 0.0
-    endpoint = 0.0
-    line_rate = 0.0
-    nic = nic_rate(fabric)
+    endpoint, line_rate = collective_references(scenario, fabric, collective, outcomes)
     rounds = 0
     min_rate = np.inf
     for phase, outcome in zip(collective.phases, outcomes):
@@ -165,13 +136,9 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         status |= int(res.status)
         stalled += int(res.stalled)
         rounds = max(rounds, int(res.rounds))
-        completion += float(phase_duration_s(scenario, phase, float(res.phase_time), fabric))
-        endpoint += float(phase_duration_s(scenario, phase, float(res.ideal_time), fabric))
-        line_rate += float(phase_duration_s(scenario, phase,
-                                            line_rate_time_s(phase.flows, nic), fabric))
-        rates = np.asarray(res.rates)
-        if outcome.aggregated is None:
-            rates = rates[phase.flows.size > 0]
+        completion += float(phase_duration_s(scenario, phase, outcome.fabric_end_s,
+                                             outcome.hops))
+        rates = np.asarray(res.rates)[phase.flows.size > 0]
         if rates.size:
             min_rate = min(min_rate, float(np.min(rates)))
     finished = stalled == 0
@@ -183,10 +150,10 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         {"link": fabric.link_name(int(l)), "utilisation": float(u)}
         for l, u in zip(busiest.top_links, busiest.top_util) if np.isfinite(u)
     ]
-    adaptive = [o for o in outcomes if o.iterations is not None]
-    if any(o.capped for o in outcomes):
+    adaptive = [o.adaptation for o in outcomes if o.adaptation is not None]
+    if any(a.capped for a in adaptive):
         status |= ITERATION_CAP
-    if any(o.lost_plane for o in outcomes):
+    if any(a.lost_plane for a in adaptive):
         status |= LOST_PLANE
     prog = progressive_figures(collective, outcomes, scenario, fabric) if finished else {}
     # the completion table's status: what the static time rests on (the progressive
@@ -197,9 +164,8 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         progressive_status = ("skipped" if prog.get("skipped") else
                               "event_limit" if prog.get("event_limit") else "ok")
     # the busiest phase's iteration when it had one (a phase inside servers has none)
-    shown = outcomes[worst] if outcomes[worst].iterations is not None else (
-        adaptive[0] if adaptive else None)
-    aggregated = [o.aggregated for o in outcomes if o.aggregated is not None]
+    shown = outcomes[worst].adaptation or (adaptive[0] if adaptive else None)
+    aggregated = [o.classes for o in outcomes if o.classes is not None]
     return PolicyRecord(
         policy=policy,
         workload=collective.name,
@@ -253,12 +219,15 @@ def distribution(values: np.ndarray) -> dict | None:
     return {name: float(np.percentile(values, q)) for name, q in QUANTILES.items()}
 
 
-def set_records(policy: str, collective: Collective, results: list, fabric: AnyFabric,
-                scenario: Scenario, batch: FailureBatch, line_rate_s: float,
-                endpoint_bound_s: float, window: float | None, first: int = 0) -> list[dict]:
+def set_records(policy: str, collective: Collective, results: list,
+                outcomes: list[PhaseOutcome], fabric: AnyFabric, scenario: Scenario,
+                batch: FailureBatch, line_rate_s: float, endpoint_bound_s: float,
+                window: float | None, first: int = 0) -> list[dict]:
     """The JSON records of failure sets first..first+C-1 of one policy on one collective
     (vectorised over sets; the small loop is over the collective's phases). `results`: one
-    SetOutcome of numpy arrays [C] per phase; `line_rate_s`, `endpoint_bound_s`: the
+    SetOutcome of numpy arrays [C] per phase; `outcomes`: the no-failure baseline's, whose
+    prepared phases (arrival cohorts, hops) the sets share, so a set's times are finished
+    exactly as the baseline's; `line_rate_s`, `endpoint_bound_s`: the
     collective's times without the fabric (the no-failure record's); `window`: the policy's
     reaction window (None: no transient). A set's record depends on that set alone, so records
     computed chunk by chunk (or read back from a stream) are the records of one call over every
@@ -273,17 +242,23 @@ def set_records(policy: str, collective: Collective, results: list, fabric: AnyF
     top_util = np.stack([r.top_util for r in results], axis=1)[rows, busiest]
     stalled = sum(r.stalled.astype(np.int64) for r in results)
     affected = sum(r.affected.astype(np.int64) for r in results)
-    completion = sum(phase_duration_s(scenario, phase, r.phase_time.astype(np.float64), fabric)
-                     for phase, r in zip(collective.phases, results))
+    completion = sum(
+        phase_duration_s(scenario, phase,
+                         fabric_end_s(o.prepared.cohorts, r.cohort_end) if o.prepared
+                         else np.zeros(B), o.hops)
+        for phase, r, o in zip(collective.phases, results, outcomes))
     finished = stalled == 0
     completion = np.where(finished, completion, np.nan)
     status = np.zeros(B, dtype=np.int64)
     for r in results:
         status |= r.status | (r.adapt_status & (ITERATION_CAP | LOST_PLANE))
     hit = affected > 0
-    crash = hit & (window is not None and window >= cfg.transport_timeout_s)
+    # a set that leaves a flow with no live path stalls the job for good: past the transport
+    # timeout it fails, as does a transient at least that long, and restarts from a checkpoint
+    crash = (~finished) | (hit & (window is not None and window >= cfg.transport_timeout_s))
     stall = np.where(hit, window if window is not None else 0.0, 0.0)
     lost = collective.gpus * np.where(crash, cfg.transport_timeout_s + cfg.restart_s, stall)
+    costed = np.logical_or(window is not None, crash)
 
     def stalled_pairs(b: int) -> list[str]:
         pairs = []
@@ -319,7 +294,7 @@ def set_records(policy: str, collective: Collective, results: list, fabric: AnyF
             "affected_flows": int(affected[b]),
             "stall_s": float(stall[b]) if window is not None else None,
             "crash": bool(crash[b]),
-            "gpu_seconds_lost": float(lost[b]) if window is not None else None,
+            "gpu_seconds_lost": float(lost[b]) if costed[b] else None,
         })
     return records
 
@@ -372,17 +347,6 @@ def failure_summary(policy: str, workload: str, records: list[dict],
 
 
 
-def failure_set_records(policy: str, collective: Collective, results: list, fabric: AnyFabric,
-                        scenario: Scenario, batch: FailureBatch, line_rate_s: float,
-                        endpoint_bound_s: float, window: float | None
-                        ) -> tuple[list[dict], FailureSummary]:
-    """Per-set records and the summary of one policy on one collective over every set of
-    `batch` (`results`: one SetOutcome of numpy arrays [B] per phase)."""
-    records = set_records(policy, collective, results, fabric, scenario, batch, line_rate_s,
-                          endpoint_bound_s, window)
-    return records, failure_summary(policy, collective.name, records, window)
-
-
 # --------------------------------------------------------------------------- training steps
 
 SLOWEST_RTOL = 1e-5       # flows within this of the slowest rate count as the slowest
@@ -396,10 +360,11 @@ def slowest_flows(fabric: AnyFabric, flows, outcome: PhaseOutcome) -> np.ndarray
     solved as classes). The first level of filling is min(capacity / weight crossing each
     link, each flow's NIC cap), as `solver.maxmin.slowest_rate`; a flow is at it when one of
     its links (or its cap) sets it. Host numpy, in chunks of flows."""
-    if outcome.plane is None or outcome.weights is None or flows.num_flows == 0:
+    split = outcome.split
+    if split is None or flows.num_flows == 0:
         return None
     num_links = fabric.num_links
-    weights = np.asarray(outcome.weights, np.float64)
+    weights = np.asarray(split.weights, np.float64)
     count, slots = weights.shape
     chunk = max(1, ENTRIES_PER_CHUNK // max(1, slots * 4))
     kept = count * slots * 4 <= 8 * ENTRIES_PER_CHUNK    # small enough to keep between passes
@@ -411,8 +376,8 @@ def slowest_flows(fabric: AnyFabric, flows, outcome: PhaseOutcome) -> np.ndarray
             return
         for start in range(0, count, chunk):   # chunks of flows, not a loop over flows
             stop = min(count, start + chunk)
-            part = dataclasses.replace(outcome, plane=outcome.plane[start:stop],
-                                       choice=outcome.choice[start:stop])
+            part = dataclasses.replace(split, plane=split.plane[start:stop],
+                                       choice=split.choice[start:stop])
             links = slot_links_host(fabric, flows.take(slice(start, stop)), part)
             item = (start, stop, np.asarray(links, np.int32))
             if kept:
@@ -430,7 +395,7 @@ def slowest_flows(fabric: AnyFabric, flows, outcome: PhaseOutcome) -> np.ndarray
     for start, stop, links in chunks():
         used = weights[start:stop, :, None] > 0
         bound[start:stop] = np.min(np.where(used, share[links], np.inf), axis=(1, 2))
-    carried = 1.0 if outcome.carried is None else np.asarray(outcome.carried, np.float64)
+    carried = np.asarray(split.carried, np.float64)
     cap = np.asarray(fabric.gpu_nic_gbps, np.float64)[flows.src] * carried
     rate = np.minimum(bound, np.where(weights.sum(axis=1) > 0, cap, np.inf))
     sending = (flows.size > 0) & np.isfinite(rate)
@@ -447,13 +412,12 @@ def _dimension_row(dim, indices: list[int], collective: Collective,
     plan = collective.step
     phases = [collective.phases[i] for i in indices]
     results = [outcomes[i].result for i in indices]
-    durations = [float(phase_duration_s(scenario, p, float(r.phase_time), fabric))
-                 for p, r in zip(phases, results)]
-    nic = nic_rate(fabric)
-    line_rate = sum(float(phase_duration_s(scenario, p, line_rate_time_s(p.flows, nic), fabric))
-                    for p in phases)
-    endpoint = sum(float(phase_duration_s(scenario, p, float(r.ideal_time), fabric))
-                   for p, r in zip(phases, results))
+    durations = [float(phase_duration_s(scenario, p, outcomes[i].fabric_end_s, outcomes[i].hops))
+                 for p, i in zip(phases, indices)]
+    refs = [reference_times(scenario, fabric, p, outcomes[i].hops)
+            for p, i in zip(phases, indices)]
+    endpoint = sum(r[0] for r in refs)
+    line_rate = sum(r[1] for r in refs)
     time = sum(durations) if finished else None
     row = {"dimension": dim.name, "collectives": dim.collectives, "groups": dim.groups,
            "group_size": dim.group_size, "bytes_per_gpu": dim.bytes_per_gpu,
@@ -472,7 +436,7 @@ def _dimension_row(dim, indices: list[int], collective: Collective,
     k = int(np.argmax(durations))
     phase, outcome, result = phases[k], outcomes[indices[k]], results[k]
     row["slowest_phase"] = phase.name
-    fabric_time = float(result.phase_time)
+    fabric_time = outcome.fabric_end_s
     if phase.scaleup_time >= fabric_time and phase.scaleup_flows:
         row["bound_by"] = "scale-up"
         return row

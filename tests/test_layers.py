@@ -43,7 +43,7 @@ ORDER = {
                            "build"],
     "fabricjax.solver": ["maxmin", "incidence", "progressive", "aggregate", "gradients"],
     "fabricjax.policies": ["base", "ecmp", "spray", "mrc", "optimal", "__init__"],
-    "fabricjax.engine": ["plan", "phase", "batch"],
+    "fabricjax.engine": ["plan", "timing", "phase", "batch"],
     "fabricjax.study": ["sharing", "resilience", "sensitivity", "analyze"],
     "fabricjax.report": ["json", "tables", "topo", "plots"],
 }

@@ -25,15 +25,13 @@ from jax.sharding import PartitionSpec
 
 from fabricjax.config import Scenario
 from fabricjax.core.devices import device_mesh, fetch, place, shard_devices
-from fabricjax.engine.phase import (PhaseOutcome, device_routes, host_routes, phase_arrays,
-                                    phase_core, phase_key)
+from fabricjax.engine.phase import PhaseOutcome, PreparedPhase, phase_core, phase_key
 from fabricjax.engine.plan import sets_per_call, slowest_only, vmap_width
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch
 from fabricjax.policies import get
 from fabricjax.policies.base import Policy
 from fabricjax.solver.maxmin import TOP_LINKS
-from fabricjax.workload.flows import Flows
 
 STALLED_SHOWN = 8          # stalled flows reported by index per set
 
@@ -57,8 +55,8 @@ class SetOutcome(NamedTuple):
                               # then per tier: what failure records report
     top_links: jax.Array      # int32[top_k]
     top_util: jax.Array       # float[top_k]
-    phase_time: jax.Array     # float: slowest flow that still has a path (s)
-    ideal_time: jax.Array     # float
+    cohort_end: jax.Array     # float[C]: per arrival cohort, the latest end of a flow that
+                              # still has a path (s, from the cohort's base; engine.timing)
     stalled: jax.Array        # int32: flows with bytes and no live path (rate 0)
     stalled_flows: jax.Array  # int32[STALLED_SHOWN]: their indices, -1 padded
     min_rate: jax.Array       # float: slowest non-stalled sending flow (Gbit/s)
@@ -71,16 +69,17 @@ class SetOutcome(NamedTuple):
 
 
 def _one_set(policy: Policy, routes, phase, plane, choice, state, options, key_data, common,
-             item, *, settings, layout, tier_bounds, top_k, slowest_only, num_nodes
-             ) -> SetOutcome:
+             item, *, settings, layout, tier_bounds, top_k, num_cohorts, slowest_only,
+             num_nodes) -> SetOutcome:
     alive, capacity = failure_mask(common["link_src"], common["link_dst"], common["capacity"],
                                    *item, num_nodes=num_nodes)
     sending = phase.size > 0
     reaction, result = phase_core(policy, routes, phase, plane, choice, state, alive, capacity,
                                   key_data, options, common["eps"], common["max_rounds"],
-                                  settings=settings, layout=layout, tier_bounds=tier_bounds,
-                                  top_k=top_k,
-                                  slowest_only=slowest_only, p100_only=True)
+                                  common["cohort"], common["offset"], settings=settings,
+                                  layout=layout, tier_bounds=tier_bounds, top_k=top_k,
+                                  num_cohorts=num_cohorts, slowest_only=slowest_only,
+                                  p100_only=True)
     if policy.transient:
         # a flow whose pre-failure slots cross a dead link lost bytes there until it reacts
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
@@ -94,7 +93,7 @@ def _one_set(policy: Policy, routes, phase, plane, choice, state, options, key_d
     min_rate = jnp.min(jnp.where(sending & ~stalled_mask, result.rates, jnp.inf))
     return SetOutcome(
         stats=result.stats, top_links=result.top_links, top_util=result.top_util,
-        phase_time=result.phase_time, ideal_time=result.ideal_time, stalled=result.stalled,
+        cohort_end=result.cohort_end, stalled=result.stalled,
         stalled_flows=stalled_flows.astype(jnp.int32),
         min_rate=jnp.where(jnp.isfinite(min_rate), min_rate, 0.0), rounds=result.rounds,
         status=result.status, affected=affected,
@@ -105,18 +104,19 @@ def _one_set(policy: Policy, routes, phase, plane, choice, state, options, key_d
 
 @functools.partial(jax.jit, static_argnums=0,
                    static_argnames=("settings", "layout", "tier_bounds", "top_k",
-                                    "slowest_only",
-                                    "num_nodes", "vmap_width", "mesh"))
+                                    "num_cohorts", "slowest_only", "num_nodes", "vmap_width",
+                                    "mesh"))
 def solve_failure_chunk(policy: Policy, routes, phase, plane, choice, state, options, key_data,
                         common: dict, chunk, *, settings, layout, tier_bounds, top_k,
-                        slowest_only=False, num_nodes: int, vmap_width=1,
+                        num_cohorts=1, slowest_only=False, num_nodes: int, vmap_width=1,
                         mesh=None) -> SetOutcome:
     """`policy`'s steady state and transient exposure for every failure set of `chunk`
     (dead_links, dead_nodes, degraded_links, degraded_factor, each with a leading [C] axis) in
     one call: `vmap_width` sets at a time are vmapped, the groups run one after another
     (`lax.map`), so memory stays bounded while a chunk amortises the dispatch.
-    `common`: capacity, link_src, link_dst, eps, max_rounds; the other arguments are the
-    baseline's routes, flows, slots and policy options (PRNG keys as raw key data).
+    `common`: capacity, link_src, link_dst, eps, max_rounds and the flows' arrival cohorts
+    (cohort, offset); the other arguments are the baseline's routes, flows, slots and policy
+    options (PRNG keys as raw key data).
 
     `mesh` (a one-axis "sets" mesh, `core.devices.device_mesh`) shards the chunk's sets over
     its devices (`shard_map`; C must be a multiple of the mesh size): each device runs the
@@ -125,7 +125,7 @@ def solve_failure_chunk(policy: Policy, routes, phase, plane, choice, state, opt
     def run(fixed, sets):
         one = functools.partial(_one_set, policy, *fixed, settings=settings,
                                 layout=layout, tier_bounds=tier_bounds, top_k=top_k,
-                                slowest_only=slowest_only,
+                                num_cohorts=num_cohorts, slowest_only=slowest_only,
                                 num_nodes=num_nodes)
         if vmap_width <= 1:
             return jax.lax.map(one, sets)
@@ -162,59 +162,71 @@ def failure_key(scenario: Scenario, policy: str, stream: tuple[int, int]) -> np.
                                                     get(policy).stream)))
 
 
-def chunk_inputs(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flows,
-                 outcome: PhaseOutcome, stream: tuple[int, int], mesh=None) -> ChunkInputs:
-    """The shared inputs of `run_chunk`, placed on the device (replicated over `mesh`)."""
+def chunk_inputs(policy: str, scenario: Scenario, fabric: AnyFabric, outcome: PhaseOutcome,
+                 stream: tuple[int, int], mesh=None) -> ChunkInputs:
+    """The shared inputs of `run_chunk`: the baseline's prepared phase (the same arrays, padding
+    and arrival cohorts) with the split it ended on, placed on the device (replicated over
+    `mesh`; on one device the prepared phase's own upload is reused)."""
     pol = get(policy)
     cfg = scenario.solver
-    routes_host = host_routes(fabric, flows, pol.pool(scenario))
+    prepared, split = outcome.prepared, outcome.split
+    plane = prepared.pad(split.plane, split.plane[0])
+    choice = prepared.pad(split.choice, split.choice[0])
     common = dict(capacity=fabric.capacity, link_src=fabric.link_src, link_dst=fabric.link_dst,
                   eps=np.float32(cfg.eps), max_rounds=np.int32(cfg.max_rounds))
     # PRNG keys travel as raw key data: plain uint32 arrays can be placed as global arrays
-    fixed = place((phase_arrays(fabric, flows), outcome.plane, outcome.choice,
-                   outcome.state or {}, pol.failure_options(scenario),
+    fixed = place((plane, choice, split.state or {}, pol.failure_options(scenario),
                    failure_key(scenario, policy, stream), common), mesh, replicated=True)
-    stored = place(routes_host, mesh, replicated=True) if routes_host is not None else None
-    return ChunkInputs(device_routes(fabric, fixed[0], stored), *fixed)
+    if mesh is None:
+        routes, arrays, cohort, offset = prepared.device
+    else:
+        arrays, stored, cohort, offset = place(
+            (prepared.arrays, prepared.routes, prepared.cohorts.cohort, prepared.cohorts.offset),
+            mesh, replicated=True)
+        routes = prepared.device_routes(arrays, stored)
+    common = dict(fixed[-1], cohort=cohort, offset=offset)
+    return ChunkInputs(routes, arrays, *fixed[:-1], common)
 
 
-def run_chunk(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+def run_chunk(policy: str, scenario: Scenario, fabric: AnyFabric, prepared: PreparedPhase,
               inputs: ChunkInputs, chunk, *, vmap_width: int = 1, mesh=None) -> SetOutcome:
     """`solve_failure_chunk` on one chunk of sets (the arrays of `FailureBatch.take`, on the
     device): device arrays with a leading [C] axis."""
     pol = get(policy)
     return solve_failure_chunk(
         pol, *inputs, chunk, settings=pol.settings(scenario), layout=fabric.layout_bounds,
-        tier_bounds=fabric.tier_bounds,
-        top_k=min(TOP_LINKS, fabric.num_links), slowest_only=slowest_only(scenario, flows),
-        num_nodes=fabric.num_nodes, vmap_width=vmap_width, mesh=mesh)
+        tier_bounds=fabric.tier_bounds, top_k=min(TOP_LINKS, fabric.num_links),
+        num_cohorts=prepared.cohorts.count,
+        slowest_only=slowest_only(scenario, prepared.flows), num_nodes=fabric.num_nodes,
+        vmap_width=vmap_width, mesh=mesh)
 
 
 class FailurePhase(NamedTuple):
     """One policy on one phase of a failure study, ready to solve any range of sets: the
-    shared inputs on the device(s), the mesh (None: one device), the vmapped width and the
+    baseline's prepared phase, the shared inputs on the device(s), the mesh (None: one device), the vmapped width and the
     sets per device call."""
 
     policy: str
-    flows: Flows
+    prepared: PreparedPhase
     inputs: ChunkInputs
     mesh: object
     width: int
     per_call: int
 
 
-def prepare_failure_phase(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+def prepare_failure_phase(policy: str, scenario: Scenario, fabric: AnyFabric,
                           outcome: PhaseOutcome, sets: int, stream: tuple[int, int]
                           ) -> FailurePhase:
     """Decide the vmap width, devices and sets per call for a study of `sets` failure sets,
-    and place the inputs every chunk shares, once."""
-    slots = outcome.plane.shape[1]
-    width = vmap_width(policy, fabric.num_links, fabric.planes, flows.num_flows, slots, sets)
+    and place the inputs every chunk shares, once: the baseline's own prepared phase."""
+    prepared = outcome.prepared
+    slots = outcome.split.plane.shape[1]
+    width = vmap_width(policy, fabric.num_links, fabric.planes, prepared.count, slots, sets)
     num_devices = shard_devices(sets)
     mesh = device_mesh(num_devices) if num_devices > 1 else None
-    inputs = chunk_inputs(policy, scenario, fabric, flows, outcome, stream, mesh)
+    inputs = chunk_inputs(policy, scenario, fabric, outcome, stream, mesh)
     per_call = sets_per_call(width, sets, scenario.failures.chunk, num_devices)
-    return FailurePhase(policy, flows, inputs, mesh, width, per_call)
+    return FailurePhase(policy, prepared, inputs, mesh, width, per_call)
 
 
 def solve_set_range(prepared: FailurePhase, scenario: Scenario, fabric: AnyFabric,
@@ -229,7 +241,7 @@ def solve_set_range(prepared: FailurePhase, scenario: Scenario, fabric: AnyFabri
     parts = []
     for first in range(start, stop, per_call):     # chunks of failure sets, not flows
         last = min(first + per_call, stop)
-        out = run_chunk(prepared.policy, scenario, fabric, prepared.flows, prepared.inputs,
+        out = run_chunk(prepared.policy, scenario, fabric, prepared.prepared, prepared.inputs,
                         place(batch.take(first, last, per_call), mesh),
                         vmap_width=prepared.width, mesh=mesh)
         out = fetch(out)
@@ -239,15 +251,14 @@ def solve_set_range(prepared: FailurePhase, scenario: Scenario, fabric: AnyFabri
     return type(parts[0])(*(np.concatenate(xs) for xs in zip(*parts)))
 
 
-def solve_failure_sets(policy: str, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+def solve_failure_sets(policy: str, scenario: Scenario, fabric: AnyFabric,
                        outcome: PhaseOutcome, batch: FailureBatch, stream: tuple[int, int],
                        progress: Callable[[int], None] | None = None) -> SetOutcome:
     """Every failure set of `batch` under `policy` for one phase, from the slots its baseline
     `outcome` ran on: SetOutcome of numpy arrays with a leading [B] axis. With several devices
     (`core.devices.shard_devices`) each chunk is sharded over them, and in a distributed run
     results are gathered from every process."""
-    prepared = prepare_failure_phase(policy, scenario, fabric, flows, outcome, batch.size,
-                                     stream)
+    prepared = prepare_failure_phase(policy, scenario, fabric, outcome, batch.size, stream)
     return solve_set_range(prepared, scenario, fabric, batch, 0, batch.size, progress)
 
 
@@ -258,8 +269,7 @@ def null_set_outcome(fabric: AnyFabric, sets: int) -> SetOutcome:
     return SetOutcome(stats=np.zeros((sets, 1 + len(fabric.tier_names), 1), np.float32),
                       top_links=np.zeros((sets, k), np.int32),
                       top_util=np.full((sets, k), -np.inf, np.float32),
-                      phase_time=np.zeros(sets, np.float32),
-                      ideal_time=np.zeros(sets, np.float32), stalled=zeros,
+                      cohort_end=np.full((sets, 1), -np.inf, np.float32), stalled=zeros,
                       stalled_flows=np.full((sets, STALLED_SHOWN), -1, np.int32),
                       min_rate=np.full(sets, np.inf, np.float32), rounds=zeros, status=zeros,
                       affected=zeros, iterations=zeros, adapt_status=zeros,

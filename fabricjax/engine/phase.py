@@ -2,15 +2,15 @@
 every fabric kind and every failure set.
 
 Contract. `phase_core` is one traceable function: the policy reacts to the alive mask and
-capacities (`policies.base.Policy.react`), the routes turn its slots into the solver's
-incidence (`solver.incidence`), and `solver.maxmin.evaluate_split` gives loads, utilisation
-statistics, max-min rates and the phase time. `run_phase` is its jit; the no-failure baseline
-is the case where every link is alive, and `engine.batch` maps the same `phase_core` over
-failure masks. `solve_policy_phase` is the host entry: it decides how the phase is solved
-(`engine.plan`), draws the policy's slots (`init`), makes one transfer in, one jitted call
-and one transfer out, and returns a `PhaseOutcome` of numpy arrays; `simulate_progressive`
-runs the flow-level simulation on the split the phase ended with, through the same
-incidence.
+capacities (`policies.base.Policy.react`), and the routes evaluate its split
+(`solver.incidence`'s `evaluate`: slots -> links -> incidence -> loads, utilisation
+statistics, max-min rates and times). `run_phase` is its jit; the no-failure baseline is the
+case where every link is alive, and `engine.batch` maps the same `phase_core` over failure
+masks. A phase is laid out for the device once (`prepare_phase` -> `PreparedPhase`: slots,
+padding, arrival cohorts) and the baseline, the failure sets and the progressive simulation
+all start from it. `solve_policy_phase` is the host entry: it decides how the phase is solved
+(`engine.plan`), prepares it, makes one jitted call and one transfer out, and returns a
+`PhaseOutcome` of numpy arrays whose times are finished on the host (`engine.timing`).
 
 Random streams: a policy's slots come from numpy's default_rng([seed, stream, item, index])
 (`Policy.init_stream`), so adding a policy or a workload item never moves another's draws;
@@ -21,6 +21,7 @@ the device key of a phase is `phase_key(seed, item, index)` for the baseline and
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -30,67 +31,37 @@ from fabricjax.config import Scenario
 from fabricjax.core.status import Status
 from fabricjax.engine.plan import (padded_flows, progressive_give_up, slowest_only,
                                    use_aggregation)
+from fabricjax.engine.timing import (ArrivalCohorts, arrival_cohorts, fabric_end_s,
+                                     wire_bytes)
 from fabricjax.fabric.build import AnyFabric
+from fabricjax.fabric.clos import ClosGeometry
 from fabricjax.fabric.paths import clos_path_links
 from fabricjax.policies import get
 from fabricjax.policies.base import PhaseArrays, Policy, Reaction, Slots
-from fabricjax.solver.aggregate import flow_classes, offered_class_demand, solve_class_slots
+from fabricjax.solver.aggregate import (flow_class_index, flow_classes, offered_class_demand,
+                                        solve_class_slots)
 from fabricjax.solver.gradients import PhaseSplit, split_of
 from fabricjax.solver.incidence import ClosRoutes, StoredRoutes, stored_routes
-from fabricjax.solver.maxmin import TOP_LINKS, PhaseResult, evaluate_split
+from fabricjax.solver.maxmin import TOP_LINKS, PhaseResult
 from fabricjax.solver.progressive import Progressive, progressive_completion
-from fabricjax.workload.flows import Flows
+from fabricjax.workload.flows import Flows, Phase
 
 
 # --------------------------------------------------------------------------- host inputs
 
 def offered_demand(flows: Flows, nic_gbps: float | np.ndarray, num_gpus: int) -> np.ndarray:
-    """Each GPU offers its full NIC rate (a number, or float[N] per GPU), shared equally
-    among the flows it sends: float32[F] Gbit/s."""
-    out_degree = np.bincount(flows.src, minlength=num_gpus)
+    """Each GPU offers its full NIC rate (a number, or float[N] per GPU), shared among the
+    flows it sends in proportion to their bytes (equally when they are equal): float32[F]
+    Gbit/s. A byte-skewed phase (hot experts of a MoE all-to-all) thus loads the links towards
+    its hot spots as heavily as their bytes will, and its utilisation shows them."""
+    size = np.asarray(flows.size, np.float64)
+    sent = np.bincount(flows.src, weights=size, minlength=num_gpus)
+    count = np.bincount(flows.src, minlength=num_gpus)
     nic = nic_gbps[flows.src] if np.ndim(nic_gbps) else nic_gbps
-    return (nic / out_degree[flows.src]).astype(np.float32)
-
-
-def _busiest_nic_s(gpu: np.ndarray, seconds: np.ndarray, begin: np.ndarray) -> float:
-    """When the busiest NIC is done: each GPU's flows (`seconds` of line rate each, from
-    `begin`) back to back through one NIC, work-conserving. A NIC finishes at max over its
-    flows k of begin_k + (seconds of its flows beginning at or after begin_k)."""
-    order = np.lexsort((-begin, gpu))          # per GPU, latest start first
-    gpu, begin, seconds = gpu[order], begin[order], seconds[order]
-    total = np.cumsum(seconds)
-    first = np.flatnonzero(np.r_[True, gpu[1:] != gpu[:-1]])
-    before = np.repeat(total[first] - seconds[first], np.diff(np.r_[first, gpu.size]))
-    return float(np.max(begin + total - before))
-
-
-def _nic_times(flows: Flows, nic_gbps: float | np.ndarray, side: str) -> float:
-    sending = flows.size > 0
-    if not np.any(sending):
-        return 0.0
-    gpu = (flows.src if side == "src" else flows.dst)[sending]
-    nic = nic_gbps[gpu] if np.ndim(nic_gbps) else nic_gbps
-    begin = (np.zeros(gpu.size) if flows.start is None
-             else np.asarray(flows.start, float)[sending])
-    return _busiest_nic_s(gpu, flows.size[sending] * 8e-9 / nic, begin)
-
-
-def line_rate_time_s(flows: Flows, nic_gbps: float | np.ndarray) -> float:
-    """A phase at line rate: every GPU sends its flows back to back at its full NIC rate
-    (work-conserving: a flow that starts later waits for nothing but the GPU's own bytes) and
-    nothing else contends -- no receiver NIC, no fabric link: the busiest sender's time.
-    Receiver sharing (an incast, hot experts) and the fabric both count against it; see
-    `endpoint_bound_time_s` for the first alone."""
-    return _nic_times(flows, nic_gbps, "src")
-
-
-def endpoint_bound_time_s(flows: Flows, nic_gbps: float | np.ndarray) -> float:
-    """A phase on a perfect network: no fabric link limits it, only the NICs, each of which
-    must send (and receive) its bytes at its line rate -- the busiest NIC's time, sending or
-    receiving (an incast is bound by its receiver, a skewed all-to-all by its hot experts).
-    A true lower bound on the static completion on any fabric (its rates through one NIC sum
-    to at most the NIC rate), so completion / this bound -- the fabric's share -- is >= 1."""
-    return max(_nic_times(flows, nic_gbps, "src"), _nic_times(flows, nic_gbps, "dst"))
+    total = sent[flows.src]
+    # a GPU whose flows all carry no bytes shares equally (they are inert anyway)
+    share = np.where(total > 0, size / np.where(total > 0, total, 1.0), 1.0 / count[flows.src])
+    return (nic * share).astype(np.float32)
 
 
 def nic_rate(fabric: AnyFabric) -> float | np.ndarray:
@@ -99,27 +70,13 @@ def nic_rate(fabric: AnyFabric) -> float | np.ndarray:
     return fabric.geometry.nic_gbps if fabric.kind == "clos" else fabric.gpu_nic_gbps
 
 
-def with_start_times(result, flows: Flows, nic_gbps: float | np.ndarray):
-    """Host-side times of a phase: the endpoint bound (`endpoint_bound_time_s`, the result's
-    `ideal_time`) and, when flows start at
-    different times, the end of the last one, max(start + size / rate) (the static model:
-    rates as when all flows are present)."""
-    result = result._replace(ideal_time=np.float32(endpoint_bound_time_s(flows, nic_gbps)))
-    if flows.start is None:
-        return result
-    sending = (flows.size > 0) & (result.rates > 0)
-    bits = flows.size * 8e-9
-    ends = np.where(sending, flows.start + bits / np.where(sending, result.rates, 1.0), 0.0)
-    return result._replace(phase_time=np.float32(ends.max(initial=0.0)))
-
-
 def null_result(fabric: AnyFabric) -> PhaseResult:
     """The PhaseResult of a phase with no fabric flow (all inside servers): nothing loaded."""
     k = min(TOP_LINKS, fabric.num_links)
     return PhaseResult(stats=np.zeros((1 + len(fabric.tier_names), 3), np.float32),
                        top_links=np.zeros(k, np.int32), top_util=np.full(k, -np.inf, np.float32),
                        total_load=np.float32(0), rates=np.zeros(0, np.float32),
-                       phase_time=np.float32(0), ideal_time=np.float32(0),
+                       phase_time=np.float32(0), cohort_end=np.full(1, -np.inf, np.float32),
                        stalled=np.int32(0), rounds=np.int32(0), status=np.int32(0))
 
 
@@ -129,12 +86,13 @@ def phase_key(seed: int, item: int, index: int, stream: int = 0):
     return jax.random.fold_in(key, stream) if stream else key
 
 
-def phase_arrays(fabric: AnyFabric, flows: Flows) -> PhaseArrays:
-    """The phase's flows as host arrays for the device (offered demand, NIC cap)."""
+def phase_arrays(scenario: Scenario, fabric: AnyFabric, flows: Flows) -> PhaseArrays:
+    """The phase's flows as host arrays for the device: offered demand, the bytes each flow
+    puts on the wire (payload and headers, `engine.timing.wire_bytes`), the NIC cap."""
     nic = fabric.gpu_nic_gbps
     demand = offered_demand(flows, nic_rate(fabric), fabric.gpus)
     return PhaseArrays(src=np.asarray(flows.src, np.int32), dst=np.asarray(flows.dst, np.int32),
-                       demand=demand, size=flows.size.astype(np.float32),
+                       demand=demand, size=wire_bytes(scenario, flows.size),
                        flow_cap=nic[flows.src].astype(np.float32))
 
 
@@ -160,6 +118,16 @@ def flow_hops(fabric: AnyFabric, flows: Flows) -> np.ndarray:
         return np.zeros(0, np.int64)
     routes = host_routes(fabric, flows, "equal-cost")
     return np.sum(routes.cand[:, 0, :] != fabric.num_links, axis=-1).astype(np.int64)
+
+
+def phase_hops(fabric: AnyFabric, phase: Phase) -> int:
+    """Links on the longest path of the phase's sending fabric flows (0 without any)."""
+    sending = phase.flows.size > 0
+    if not np.any(sending):
+        return 0
+    if fabric.kind == "clos":
+        return phase.hops
+    return int(flow_hops(fabric, phase.flows)[sending].max())
 
 
 def device_routes(fabric: AnyFabric, phase: PhaseArrays, host: StoredRoutes | None):
@@ -189,6 +157,11 @@ def concat_slots(parts: list[Slots]) -> Slots | None:
                  np.concatenate([p.choice for p in parts]))
 
 
+def _grow(a: np.ndarray, extra: int, fill) -> np.ndarray:
+    tail = np.broadcast_to(np.asarray(fill, a.dtype), (extra, *a.shape[1:]))
+    return np.concatenate([a, tail])
+
+
 def pad_phase(phase: PhaseArrays, slots: Slots, count: int) -> tuple[PhaseArrays, Slots]:
     """The phase and its slots padded to `count` flows with inert ones: GPU 0 to itself (one
     T0, so no spine choice matters and mrc never marks one), no demand, no bytes, no NIC cap,
@@ -197,151 +170,243 @@ def pad_phase(phase: PhaseArrays, slots: Slots, count: int) -> tuple[PhaseArrays
     extra = count - phase.src.shape[0]
     if extra <= 0:
         return phase, slots
+    padded = PhaseArrays(*(_grow(a, extra, 0) for a in phase))
+    return padded, Slots(_grow(slots.plane, extra, slots.plane[0]),
+                         _grow(slots.choice, extra, slots.choice[0]), slots.state)
 
-    def grow(a: np.ndarray, fill) -> np.ndarray:
-        tail = np.broadcast_to(np.asarray(fill, a.dtype), (extra, *a.shape[1:]))
-        return np.concatenate([a, tail])
 
-    padded = PhaseArrays(src=grow(phase.src, 0), dst=grow(phase.dst, 0),
-                         demand=grow(phase.demand, 0), size=grow(phase.size, 0),
-                         flow_cap=grow(phase.flow_cap, 0))
-    return padded, Slots(grow(slots.plane, slots.plane[0]), grow(slots.choice, slots.choice[0]),
-                         slots.state)
+# --------------------------------------------------------------------------- one prepared phase
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PreparedPhase:
+    """One phase of one workload item under one policy, ready for the device, shared by the
+    no-failure baseline, every failure set and the progressive simulation (host numpy; the
+    device copy is made once, `device`).
+
+    flows: the phase's real flows (F). count: the flows on the device (a Clos pads to its
+    shape bucket with inert flows, `pad_phase`; a stored-path fabric keeps F). arrays: the
+    padded `PhaseArrays`. routes: the stored candidate paths (None on a Clos, whose routes are
+    arithmetic). slots: the policy's initial slots, padded. cohorts: the flows' arrival
+    cohorts (`engine.timing.arrival_cohorts`), padded. hops: links on the longest sending path.
+    pool: the candidate pool the choices index on a stored-path fabric. geometry: the Clos's
+    (None on a stored-path fabric)."""
+
+    policy: Policy
+    flows: Flows
+    count: int
+    arrays: PhaseArrays
+    routes: StoredRoutes | None
+    slots: Slots
+    cohorts: ArrivalCohorts
+    hops: int
+    pool: str
+    geometry: ClosGeometry | None
+
+    @functools.cached_property
+    def device(self) -> tuple:
+        """(routes, arrays, cohort, offset) on the default device, uploaded once."""
+        arrays, routes, cohort, offset = jax.device_put(
+            (self.arrays, self.routes, self.cohorts.cohort, self.cohorts.offset))
+        return self.device_routes(arrays, routes), arrays, cohort, offset
+
+    def device_routes(self, arrays: PhaseArrays, routes: StoredRoutes | None):
+        """The routes object of the device program, from (placed) arrays and stored routes."""
+        if routes is None:
+            return ClosRoutes(self.geometry, arrays.src, arrays.dst)
+        return routes
+
+    def pad(self, a: np.ndarray, fill) -> np.ndarray:
+        """A per-flow host array [F, ...] padded to `count` rows with `fill`."""
+        return _grow(np.asarray(a), self.count - a.shape[0], fill) if self.count > a.shape[0] \
+            else np.asarray(a)
+
+
+def prepare_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+                  stream: tuple[int, int], slots: Slots | None = None) -> PreparedPhase:
+    """Draw `policy`'s slots for one phase (or take `slots`) and lay the phase out for the
+    device: padding (a Clos, unless the slots carry per-phase state), arrival cohorts, hops."""
+    pool = policy.pool(scenario)
+    routes = host_routes(fabric, flows, pool)
+    if slots is None:
+        slots = initial_slots(policy, scenario, fabric, flows, stream, routes)
+    arrays = phase_arrays(scenario, fabric, flows)
+    count = flows.num_flows
+    if routes is None and not slots.state:      # a Clos: pad to the shape bucket
+        count = max(count, padded_flows(scenario, flows.num_flows))
+        arrays, slots = pad_phase(arrays, slots, count)
+    sending = flows.size > 0
+    hops = 0 if not np.any(sending) else int(flow_hops(fabric, flows)[sending].max())
+    return PreparedPhase(policy=policy, flows=flows, count=count, arrays=arrays, routes=routes,
+                         slots=slots, cohorts=arrival_cohorts(flows, count), hops=hops,
+                         pool=pool, geometry=fabric.geometry if routes is None else None)
 
 
 # --------------------------------------------------------------------------- the program
 
 def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state: dict, alive,
-               capacity, key_data, options: dict, eps, max_rounds, *, settings: tuple,
-               layout, tier_bounds, top_k: int, slowest_only: bool = False,
-               p100_only: bool = False) -> tuple[Reaction, PhaseResult]:
-    """The phase program (traceable): the policy's reaction, its incidence, the evaluation.
+               capacity, key_data, options: dict, eps, max_rounds, cohort, offset, *,
+               settings: tuple, layout, tier_bounds, top_k: int, num_cohorts: int = 1,
+               slowest_only: bool = False, p100_only: bool = False
+               ) -> tuple[Reaction, PhaseResult]:
+    """The phase program (traceable): the policy's reaction, then its split evaluated through
+    the routes (`routes.evaluate`: slots -> links -> incidence -> loads, rates, times).
     alive bool[L] and capacity float32[L] cover the real links; key_data: raw PRNG key data
-    (uint32, so sets and devices can carry it as plain arrays); the keyword arguments are
-    static: `layout` the fabric's four structural link ranges (the policy's), `tier_bounds`
-    the statistics' tiers."""
+    (uint32, so sets and devices can carry it as plain arrays); cohort, offset: the flows'
+    arrival cohorts (`engine.timing`); the keyword arguments are static: `layout` the
+    fabric's four structural link ranges (the policy's), `tier_bounds` the statistics'
+    tiers."""
     key = jax.random.wrap_key_data(key_data)
     reaction = policy.react(routes, phase, plane, choice, state, alive, capacity, key, options,
                             settings, layout)
     # padding flows (`pad_phase`: no demand; every real flow offers some) carry no weight
     reaction = reaction._replace(weights=jnp.where(phase.demand[:, None] > 0,
                                                    reaction.weights, 0.0))
-    links = routes.slot_links(plane, reaction.choice)
-    ids, coef = routes.incidence(plane, reaction.choice, links, reaction.weights)
     flow_cap = phase.flow_cap if reaction.carried is None else phase.flow_cap * reaction.carried
-    result = evaluate_split(ids, coef, phase.demand, phase.size, flow_cap, capacity, alive,
-                            eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds,
-                            top_k=top_k, slowest_only=slowest_only, p100_only=p100_only)
+    result = routes.evaluate(plane, reaction.choice, reaction.weights, phase.demand, phase.size,
+                             flow_cap, capacity, alive, eps=eps, max_rounds=max_rounds,
+                             tier_bounds=tier_bounds, top_k=top_k, slowest_only=slowest_only,
+                             p100_only=p100_only, cohort=cohort, offset=offset,
+                             num_cohorts=num_cohorts)
     return reaction, result
 
 
 run_phase = jax.jit(phase_core, static_argnums=0,
                     static_argnames=("settings", "layout", "tier_bounds", "top_k",
-                                     "slowest_only",
-                                     "p100_only"))
+                                     "num_cohorts", "slowest_only", "p100_only"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """The split a phase ended on, per flow (host numpy, F real flows, K slots): what the
+    failure sets, the progressive simulation and the studies start from.
+
+    plane, choice: int32[F, K] the slots (mrc: its returned EV set; optimal: every candidate).
+    weights: float32[F, K] the share of each flow on each slot. carried: float32[F] the share
+    of each flow's demand the split carries (1: all of it). state: the policy's per-phase
+    state (optimal's commodities). pool: on a stored-path fabric, the candidate pool the
+    choices index."""
+
+    plane: np.ndarray
+    choice: np.ndarray
+    weights: np.ndarray
+    carried: np.ndarray
+    state: dict
+    pool: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Adaptation:
+    """How an iterative policy's iteration ended on one phase: iterations, how it ended in
+    words, its residual (mrc: overload; optimal: gap), whether it hit its cap, whether a flow
+    lost every live path of a plane (optimal), and the P100 after each iteration when asked
+    (`trace`, else None)."""
+
+    iterations: int
+    convergence: str
+    residual: float
+    capped: bool
+    lost_plane: bool
+    trace: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class PhaseOutcome:
-    """One phase under one policy: the evaluation plus what the policy's iteration reports
-    (host numpy)."""
+    """One phase under one policy (host numpy).
 
-    result: object                  # solver.maxmin.PhaseResult of numpy arrays
+    result: the evaluation (`solver.maxmin.PhaseResult`; `rates` per real flow). slots: path
+    slots per flow. fabric_end_s: float64 seconds from the phase's first start to its last
+    fabric flow's end, on the wire (`engine.timing.fabric_end_s`). hops: links on the longest
+    sending path. prepared: the phase laid out for the device (None for a phase without fabric
+    flows or solved as classes). split: the per-flow split it ended on (None when solved as
+    classes). adaptation: an iterative policy's ending (None for the others). progressive: the
+    flow-level simulation (None when
+    it did not run). classes: the (T0, T0) classes it was solved as (None: flow by flow)."""
+
+    result: PhaseResult
     slots: int
-    iterations: int | None = None
-    convergence: str | None = None
-    residual: float | None = None
-    trace: np.ndarray | None = None
-    capped: bool = False
-    lost_plane: bool = False        # some flow has no live path on a plane (optimal)
-    plane: np.ndarray | None = None  # the slots the phase ran on (mrc: its returned EV set;
-    choice: np.ndarray | None = None  # optimal: every candidate), what failures start from
-    state: dict | None = None       # the policy's per-phase state (optimal's commodities)
-    weights: np.ndarray | None = None  # the split over the slots
-    carried: np.ndarray | None = None  # the share of each flow carried (None: all of it)
-    progressive: object = None      # solver.progressive.Progressive of numpy arrays
-    aggregated: int | None = None   # classes, when the phase was solved aggregated
-    pool: str = "candidates"        # stored paths: the candidate pool the choices index
-
-    @property
-    def spine(self) -> np.ndarray | None:
-        """`choice` by its Clos name: the spine of every slot."""
-        return self.choice
+    fabric_end_s: float
+    hops: int
+    prepared: PreparedPhase | None = None
+    split: Split | None = None
+    adaptation: Adaptation | None = None
+    progressive: Progressive | None = None
+    classes: int | None = None
 
 
 # the static split over given slots: equal over the live ones, no reaction (the base policy)
 GIVEN_SLOTS = Policy(name="given slots")
 
 
-def solve_slots(fabric: AnyFabric, flows: Flows, plane: np.ndarray, choice: np.ndarray,
-                scenario: Scenario, alive: np.ndarray | None = None):
+def solve_slots(scenario: Scenario, fabric: AnyFabric, flows: Flows, plane: np.ndarray,
+                choice: np.ndarray, alive: np.ndarray | None = None) -> PhaseOutcome:
     """One phase split equally over the given slots (no reaction: what oblivious spraying
-    does), through the phase program. PhaseResult of numpy arrays."""
-    outcome = solve_policy_phase(GIVEN_SLOTS, scenario, fabric, flows, (0, 0), alive=alive,
-                                 slots=Slots(np.asarray(plane, np.int32),
-                                             np.asarray(choice, np.int32)))
-    return outcome.result
+    does), through the phase program."""
+    return solve_policy_phase(GIVEN_SLOTS, scenario, fabric, flows, (0, 0), alive=alive,
+                              slots=Slots(np.asarray(plane, np.int32),
+                                          np.asarray(choice, np.int32)))
+
+
+def solve_prepared(prepared: PreparedPhase, scenario: Scenario, fabric: AnyFabric,
+                   stream: tuple[int, int], *, alive: np.ndarray | None = None,
+                   trace: bool = False) -> PhaseOutcome:
+    """The phase program on a prepared phase: one transfer in (the phase's arrays once, then
+    the mask and options), one jitted call, one transfer out. `alive`: bool[L] (None: every
+    link alive, the baseline); the policy reacts to it as it does in a failure set."""
+    policy, flows = prepared.policy, prepared.flows
+    item, index = stream
+    routes, arrays, cohort, offset = prepared.device
+    alive_mask = np.ones(fabric.num_links, bool) if alive is None else np.asarray(alive, bool)
+    cfg = scenario.solver
+    args = jax.device_put((prepared.slots.plane, prepared.slots.choice, prepared.slots.state,
+                           alive_mask, fabric.capacity,
+                           jax.random.key_data(phase_key(scenario.seed, item, index)),
+                           policy.options(scenario), np.float32(cfg.eps),
+                           np.int32(cfg.max_rounds)))
+    reaction, result = jax.device_get(run_phase(
+        policy, routes, arrays, *args, cohort, offset, settings=policy.settings(scenario),
+        layout=fabric.layout_bounds, tier_bounds=fabric.tier_bounds,
+        top_k=min(TOP_LINKS, fabric.num_links), num_cohorts=prepared.cohorts.count,
+        slowest_only=slowest_only(scenario, flows)))
+    real = flows.num_flows                  # the padding's rows go
+    result = result._replace(rates=result.rates[:real])
+    status = int(reaction.status)
+    adaptation = None
+    if policy.iterative:
+        iterations = int(reaction.iterations)
+        adaptation = Adaptation(
+            iterations=iterations, convergence=policy.convergence(status, iterations),
+            residual=float(reaction.residual), capped=bool(status & Status.ITERATION_CAP),
+            lost_plane=bool(status & Status.LOST_PLANE),
+            trace=(np.asarray(reaction.trace[: iterations + 1])
+                   if trace and reaction.trace is not None else None))
+    carried = (np.ones(real, np.float32) if reaction.carried is None
+               else np.asarray(reaction.carried[:real]))
+    split = Split(plane=prepared.slots.plane[:real], choice=np.asarray(reaction.choice[:real]),
+                  weights=np.asarray(reaction.weights[:real]), carried=carried,
+                  state=prepared.slots.state, pool=prepared.pool)
+    return PhaseOutcome(result=result, slots=prepared.slots.count,
+                        fabric_end_s=fabric_end_s(prepared.cohorts, result.cohort_end),
+                        hops=prepared.hops, prepared=prepared, split=split, adaptation=adaptation)
 
 
 def solve_policy_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
                        flows: Flows, stream: tuple[int, int], *, trace: bool = False,
                        alive: np.ndarray | None = None, slots: Slots | None = None,
                        progressive: bool = False) -> PhaseOutcome:
-    """Draw `policy`'s slots for one phase (or take `slots`) and solve it on the device.
-
-    `alive`: bool[L] (None: every link alive, the baseline); the policy reacts to it as it
-    does in a failure set. `progressive`: also run the flow-level simulation on the split
-    the policy ended with."""
+    """The host entry of one phase: draw `policy`'s slots (or take `slots`), solve it on the
+    device (as classes where a phase would not fit flow by flow), and, with `progressive`,
+    run the flow-level simulation on the split the policy ended with."""
     policy = get(policy) if isinstance(policy, str) else policy
     if flows.num_flows == 0:
-        return PhaseOutcome(null_result(fabric), slots=0)
-    item, index = stream
+        return PhaseOutcome(null_result(fabric), slots=0, fabric_end_s=0.0, hops=0)
     # decided before any [F, K] slot array exists: aggregation is for what would not fit
     if slots is None and use_aggregation(scenario, fabric, flows, alive, policy.name):
         return aggregated_phase(policy, scenario, fabric, flows, stream)
-    routes_host = host_routes(fabric, flows, policy.pool(scenario))
-    if slots is None:
-        slots = initial_slots(policy, scenario, fabric, flows, stream, routes_host)
-    alive_mask = np.ones(fabric.num_links, bool) if alive is None else np.asarray(alive, bool)
-    phase, device_slots = phase_arrays(fabric, flows), slots
-    if routes_host is None and not slots.state:   # a Clos: pad to the shape bucket
-        phase, device_slots = pad_phase(phase, slots, padded_flows(scenario, flows.num_flows))
-    cfg = scenario.solver
-    args = jax.device_put((phase, device_slots.plane, device_slots.choice, slots.state,
-                           alive_mask,
-                           fabric.capacity,
-                           jax.random.key_data(phase_key(scenario.seed, item, index)),
-                           policy.options(scenario), np.float32(cfg.eps),
-                           np.int32(cfg.max_rounds)))
-    routes = device_routes(fabric, args[0], routes_host)
-    reaction, result = jax.device_get(run_phase(
-        policy, routes, *args, settings=policy.settings(scenario),
-        layout=fabric.layout_bounds, tier_bounds=fabric.tier_bounds,
-        top_k=min(TOP_LINKS, fabric.num_links),
-        slowest_only=slowest_only(scenario, flows)))
-    real = flows.num_flows                  # the padding's rows go
-    reaction = reaction._replace(
-        choice=reaction.choice[:real], weights=reaction.weights[:real],
-        carried=None if reaction.carried is None else reaction.carried[:real])
-    result = result._replace(rates=result.rates[:real])
-    status = int(reaction.status)
-    iterations = int(reaction.iterations) if policy.iterative else None
-    outcome = PhaseOutcome(
-        with_start_times(result, flows, nic_rate(fabric)), slots=slots.count,
-        iterations=iterations,
-        convergence=policy.convergence(status, int(reaction.iterations)),
-        residual=float(reaction.residual) if policy.iterative else None,
-        trace=(np.asarray(reaction.trace[: iterations + 1])
-               if trace and reaction.trace is not None else None),
-        capped=bool(status & Status.ITERATION_CAP),
-        lost_plane=bool(status & Status.LOST_PLANE),
-        plane=slots.plane, choice=np.asarray(reaction.choice), state=slots.state,
-        weights=np.asarray(reaction.weights),
-        carried=None if reaction.carried is None else np.asarray(reaction.carried),
-        pool=policy.pool(scenario))
+    prepared = prepare_phase(policy, scenario, fabric, flows, stream, slots)
+    outcome = solve_prepared(prepared, scenario, fabric, stream, alive=alive, trace=trace)
     if progressive:
         outcome = dataclasses.replace(
-            outcome, progressive=simulate_progressive(scenario, fabric, flows, outcome, alive))
+            outcome, progressive=simulate_progressive(scenario, fabric, outcome, alive))
     return outcome
 
 
@@ -349,52 +414,44 @@ def aggregated_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flow
                      stream: tuple[int, int]) -> PhaseOutcome:
     """A phase solved as (source T0, destination T0) classes (solver.aggregate): the slots
     `policy.class_slots` puts on each class (spray's expected split, ECMP's multinomial QP
-    counts)."""
+    counts). The result reads as a flow-by-flow one: every flow gets its class's rate."""
     item, index = stream
     rng = np.random.default_rng([scenario.seed, policy.stream, item, index])
     geom = fabric.geometry
     classes = flow_classes(geom, flows.src, flows.dst)
     class_slots, plane_slots = policy.class_slots(geom, classes, scenario, rng)
     out = solve_class_slots(geom, classes, class_slots, plane_slots,
-                            offered_class_demand(geom, classes), float(flows.size[0]),
+                            offered_class_demand(geom, classes),
+                            float(wire_bytes(scenario, flows.size[:1])[0]),
                             fabric.capacity, top_k=min(TOP_LINKS, fabric.num_links))
-    result = out.result._replace(
-        ideal_time=np.float32(endpoint_bound_time_s(flows, geom.nic_gbps)))
+    rates = np.asarray(out.result.rates)[flow_class_index(geom, classes, flows.src, flows.dst)]
+    result = out.result._replace(rates=rates.astype(np.float32))
     return PhaseOutcome(result, slots=policy.slots_per_flow(scenario),
-                        aggregated=out.num_classes)
+                        fabric_end_s=fabric_end_s(arrival_cohorts(flows), result.cohort_end),
+                        hops=int(flow_hops(fabric, flows).max()), classes=out.num_classes)
 
 
 # --------------------------------------------------------------------------- on a fixed split
 
-def _split_inputs(fabric: AnyFabric, flows: Flows, outcome: PhaseOutcome,
-                  alive: np.ndarray | None, padded: int | None = None):
-    """(routes, phase, plane, choice, weights, carried, alive) on the device for a phase's
-    final split (the outcome's slots and weights); `padded`: pad a Clos phase to that many
-    flows (`pad_phase`; the padding has no weight)."""
-    if outcome.plane is None or outcome.weights is None:
+def _split_inputs(outcome: PhaseOutcome, fabric: AnyFabric, alive: np.ndarray | None):
+    """(routes, arrays, plane, choice, weights, carried, alive) on the device for the split a
+    phase ended on, padded as the phase was (the padding has no weight)."""
+    if outcome.split is None or outcome.prepared is None:
         raise ValueError("this needs the per-flow slots of the phase; it was solved as "
                          "classes (set solver.aggregate: never)")
-    pool_routes = host_routes(fabric, flows, outcome.pool)
+    prepared, split = outcome.prepared, outcome.split
+    routes, arrays, _, _ = prepared.device
     alive_mask = np.ones(fabric.num_links, bool) if alive is None else np.asarray(alive, bool)
-    carried = (np.ones(flows.num_flows, np.float32) if outcome.carried is None
-               else outcome.carried)
-    phase = phase_arrays(fabric, flows)
-    slots, weights = Slots(outcome.plane, outcome.choice), outcome.weights
-    if pool_routes is None and padded is not None and padded > flows.num_flows:
-        extra = padded - flows.num_flows
-        phase, slots = pad_phase(phase, slots, padded)
-        weights = np.concatenate([weights, np.zeros((extra, weights.shape[1]), weights.dtype)])
-        carried = np.concatenate([carried, np.ones(extra, carried.dtype)])
-    args = jax.device_put((phase, slots.plane, slots.choice, weights, carried, alive_mask))
-    return (device_routes(fabric, args[0], pool_routes), *args)
+    host = (prepared.pad(split.plane, split.plane[0]), prepared.pad(split.choice, split.choice[0]),
+            prepared.pad(split.weights, 0.0), prepared.pad(split.carried, 1.0), alive_mask)
+    return (routes, arrays, *jax.device_put(host))
 
 
 @jax.jit
 def _progressive_program(routes, phase: PhaseArrays, plane, choice, weights, carried, start,
                          alive, capacity, eps, max_rounds, max_events, batch,
                          give_up_after) -> Progressive:
-    links = routes.slot_links(plane, choice)
-    ids, coef = routes.incidence(plane, choice, links, weights)
+    ids, coef = routes.split_incidence(plane, choice, weights)
     capacity_ext = jnp.concatenate([jnp.where(alive, capacity, 0.0), jnp.array([jnp.inf])]
                                    ).astype(jnp.float32)
     return progressive_completion(ids, coef, phase.size, start, phase.flow_cap * carried,
@@ -403,49 +460,50 @@ def _progressive_program(routes, phase: PhaseArrays, plane, choice, weights, car
                                   give_up_after=give_up_after)
 
 
-def simulate_progressive(scenario: Scenario, fabric: AnyFabric, flows: Flows,
-                         outcome: PhaseOutcome, alive: np.ndarray | None = None) -> Progressive:
+def simulate_progressive(scenario: Scenario, fabric: AnyFabric, outcome: PhaseOutcome,
+                         alive: np.ndarray | None = None) -> Progressive:
     """The progressive (flow-level) simulation of one phase on the split `outcome` ran:
-    solver.progressive.Progressive of numpy arrays."""
+    solver.progressive.Progressive of numpy arrays over the real flows. Start times go to the
+    device relative to the phase's first start; durations come back per flow."""
     cfg = scenario.solver
-    padded = padded_flows(scenario, flows.num_flows)
-    routes, phase, plane, choice, weights, carried, alive_dev = _split_inputs(
-        fabric, flows, outcome, alive, padded)
-    start = np.zeros(phase.src.shape[0], np.float32)   # the padding (no bytes) ends at 0
-    if flows.start is not None:
-        start[:flows.num_flows] = flows.start
+    routes, arrays, plane, choice, weights, carried, alive_dev = _split_inputs(
+        outcome, fabric, alive)
+    prepared = outcome.prepared
+    flows = prepared.flows
+    cohorts = prepared.cohorts          # the padding (no bytes, cohort 0) ends at once
+    start = (cohorts.base[cohorts.cohort] + cohorts.offset).astype(np.float32)
     args = jax.device_put((start, fabric.capacity, np.float32(cfg.eps),
                            np.int32(cfg.max_rounds), np.int32(cfg.max_events),
                            np.float32(cfg.event_batch), np.int32(progressive_give_up(scenario))))
-    out = jax.device_get(_progressive_program(routes, phase, plane, choice, weights, carried,
+    out = jax.device_get(_progressive_program(routes, arrays, plane, choice, weights, carried,
                                               args[0], alive_dev, *args[1:]))
-    return out._replace(finish=out.finish[:flows.num_flows])
+    real = flows.num_flows
+    return out._replace(finish=out.finish[:real], duration=out.duration[:real])
 
 
 @jax.jit
 def _split_program(routes, phase: PhaseArrays, plane, choice, weights, carried, alive,
                    tie_rtol) -> PhaseSplit:
-    links = routes.slot_links(plane, choice)
-    ids, coef = routes.incidence(plane, choice, links, weights)
+    ids, coef = routes.split_incidence(plane, choice, weights)
     return split_of(ids, coef, alive.shape[0], phase.demand, phase.size,
                     phase.flow_cap * carried, alive, tie_rtol)
 
 
-def phase_split(fabric: AnyFabric, flows: Flows, outcome: PhaseOutcome, *,
+def phase_split(fabric: AnyFabric, outcome: PhaseOutcome, *,
                 alive: np.ndarray | None = None, tie_rtol: float) -> PhaseSplit:
     """The capacity-independent part of a phase under the split it ran on (the input of
     `solver.gradients.sensitivity`), through the same incidence as the phase program."""
-    routes, phase, plane, choice, weights, carried, alive_dev = _split_inputs(
-        fabric, flows, outcome, alive)
-    return _split_program(routes, phase, plane, choice, weights, carried, alive_dev,
+    routes, arrays, plane, choice, weights, carried, alive_dev = _split_inputs(
+        outcome, fabric, alive)
+    return _split_program(routes, arrays, plane, choice, weights, carried, alive_dev,
                           np.float32(tie_rtol))
 
 
-def slot_links_host(fabric: AnyFabric, flows: Flows, outcome: PhaseOutcome) -> np.ndarray:
+def slot_links_host(fabric: AnyFabric, flows: Flows, split: Split) -> np.ndarray:
     """int[F, K, H]: the link ids of every slot a phase ran on (host numpy), e.g. to see which
     components a policy's paths use."""
     if fabric.kind == "clos":
         return clos_path_links(fabric.geometry, flows.src[:, None], flows.dst[:, None],
-                               outcome.plane, outcome.choice)
-    routes = host_routes(fabric, flows, outcome.pool)
-    return routes.cand[np.arange(flows.num_flows)[:, None], outcome.choice]
+                               split.plane, split.choice)
+    routes = host_routes(fabric, flows, split.pool)
+    return routes.cand[np.arange(flows.num_flows)[:, None], split.choice]

@@ -272,7 +272,6 @@ def solve_class_phase(geom: ClosGeometry, src_t0, dst_t0, class_flows, class_slo
     phase_time = jnp.where(sending & jnp.isfinite(slowest_moving),
                            bits / jnp.where(jnp.isfinite(slowest_moving), slowest_moving, 1.0),
                            f32(0.0))
-    ideal_time = jnp.where(sending, bits / demand, f32(0.0))
     stalled_flows = jnp.where(sending, jnp.sum(jnp.where(moving, f32(0.0), class_flows)),
                               f32(0.0))
     stalled = jnp.minimum(stalled_flows, f32(2**31 - 128)).astype(jnp.int32)
@@ -280,7 +279,8 @@ def solve_class_phase(geom: ClosGeometry, src_t0, dst_t0, class_flows, class_slo
     result = PhaseResult(
         stats=stats, top_links=top_links.astype(jnp.int32), top_util=top_util,
         total_load=jnp.sum(load), rates=rates, phase_time=phase_time.astype(f32),
-        ideal_time=ideal_time.astype(f32), stalled=stalled, rounds=jnp.int32(1),
+        cohort_end=jnp.where(phase_time > 0, phase_time, -jnp.inf).astype(f32)[None],
+        stalled=stalled, rounds=jnp.int32(1),
         status=status, cdf=utilisation_cdf(utilisation, usable))
     return result, load
 

@@ -15,7 +15,8 @@ is hidden behind a `Routes` object (a pytree: it passes through `jax.jit`):
   stored ids, which measured faster on the CPU (bench/bench_incidence.py).
 
 Both give the same methods, so a policy, the phase program and every study run unchanged on
-every fabric: `slot_links` (link ids [F, K, H]), `incidence` (the solver's (ids, coef)),
+every fabric: `evaluate` (a split over the slots evaluated: loads, rates, times),
+`split_incidence` (its (ids, coef)), `slot_links` (link ids [F, K, H]), `incidence` (the solver's (ids, coef)),
 `slot_loads` (loads from per-slot rates), `controlled_hops` (the switch-to-switch hops a
 load balancer's choice moves), `host_ok` (a slot's NIC ports alive), `choice_matters`,
 `alternatives` (other choices of the same plane, for mrc's swaps) and `rehash` (a live
@@ -34,6 +35,7 @@ from jax.experimental import sparse
 
 from fabricjax.fabric.clos import ClosGeometry
 from fabricjax.fabric.paths import clos_path_links, fabric_hops_alive
+from fabricjax.solver.maxmin import PhaseResult, evaluate_split
 
 REHASH_DRAWS = 16      # ECMP re-hash: candidate choices tried; the first live one is taken
 
@@ -70,8 +72,25 @@ def per_plane_sum(values, planes: int):
     return values.reshape(num_flows, -1, planes).sum(axis=1)
 
 
+class RoutesMixin:
+    """What every routes object derives from its `slot_links` and `incidence`: the one
+    slots -> links -> incidence -> evaluation sequence of the engine."""
+
+    def split_incidence(self, plane, choice, weights):
+        """(ids, coef) for the solver of a split `weights` [F, K] over the slots."""
+        return self.incidence(plane, choice, self.slot_links(plane, choice), weights)
+
+    def evaluate(self, plane, choice, weights, demand, size_bytes, flow_cap, capacity, alive,
+                 **settings) -> PhaseResult:
+        """`solver.maxmin.evaluate_split` of a split over the slots (settings: its keyword
+        arguments)."""
+        ids, coef = self.split_incidence(plane, choice, weights)
+        return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive,
+                              **settings)
+
+
 @jax.tree_util.register_pytree_node_class
-class ClosRoutes:
+class ClosRoutes(RoutesMixin):
     """Paths of a two-tier multi-plane Clos between `src` and `dst` (int32[F] GPU ids): slot
     (plane, spine) is GPU -> T0 -> T1(spine) -> T0 -> GPU on that plane, or GPU -> T0 -> GPU
     when both GPUs share a T0 (then the spine does not matter). Slot k is on plane k % P."""
@@ -188,7 +207,7 @@ class ClosRoutes:
 
 
 @jax.tree_util.register_pytree_node_class
-class StoredRoutes:
+class StoredRoutes(RoutesMixin):
     """Paths of any fabric as stored link ids: flow f's candidate c is `cand[f, c]`, int32[H]
     link ids padded with the sentinel L after its last link; `choice` indexes candidates.
 

@@ -223,8 +223,9 @@ class PhaseResult(NamedTuple):
     top_util: jax.Array       # float[top_k]
     total_load: jax.Array     # float scalar: sum of offered load over real links (Gbit/s)
     rates: jax.Array          # float[F] max-min rates (Gbit/s)
-    phase_time: jax.Array     # float scalar: slowest non-stalled flow's time (s)
-    ideal_time: jax.Array     # float scalar: slowest flow's time at its offered rate alone (s)
+    phase_time: jax.Array     # float scalar: slowest non-stalled flow's duration (s)
+    cohort_end: jax.Array     # float[C]: per arrival cohort, the latest offset + duration of
+                              # its non-stalled flows (-inf for none): engine.timing
     stalled: jax.Array        # int32 scalar: flows with bytes to send and rate 0
     rounds: jax.Array         # int32 scalar: max-min rounds
     status: jax.Array         # int32 scalar: Status flags
@@ -233,10 +234,14 @@ class PhaseResult(NamedTuple):
 
 def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive, *,
                    eps, max_rounds, tier_bounds, top_k, slowest_only=False,
-                   p100_only=False) -> PhaseResult:
+                   p100_only=False, cohort=None, offset=None, num_cohorts: int = 1
+                   ) -> PhaseResult:
     """Loads, utilisation statistics, max-min rates and phase time for a given split.
 
-    capacity, alive: [L] for the real links (the sentinel is appended here).
+    capacity, alive: [L] for the real links (the sentinel is appended here). size_bytes: the
+    bytes each flow puts on the wire. cohort int32[F], offset float32[F]: each flow's arrival
+    cohort and its start after the cohort's base (None: one cohort, all at 0); `cohort_end`
+    holds, per cohort, the latest offset + duration (the host adds the bases in float64).
     `slowest_only` (static; only for flows that all send the same bytes): skip the max-min
     rounds and take the phase time from `slowest_rate`, which is then exact; `rates` holds that
     slowest rate for every flow with a path (a lower bound on each flow's own rate).
@@ -263,25 +268,16 @@ def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive
     bits = size_bytes * GBIT_PER_BYTE
     flow_time = jnp.where(sending & ~stalled_mask, bits / jnp.where(stalled_mask, 1.0, mm.rates),
                           0.0)
-    ideal = jnp.where(sending, bits / demand, 0.0)
+    if cohort is None:
+        cohort = jnp.zeros(flow_time.shape, jnp.int32)
+        offset = jnp.zeros(flow_time.shape, flow_time.dtype)
+    ends = jnp.where(sending & ~stalled_mask, offset + flow_time, -jnp.inf)
+    cohort_end = jax.ops.segment_max(ends, cohort, num_segments=num_cohorts)
     stalled = jnp.sum(stalled_mask).astype(jnp.int32)
     status = mm.status | jnp.where(stalled > 0, STALLED, OK).astype(jnp.int32)
     return PhaseResult(
         stats=stats, top_links=top_links.astype(jnp.int32), top_util=top_util,
         total_load=jnp.sum(load), rates=mm.rates, phase_time=jnp.max(flow_time),
-        ideal_time=jnp.max(ideal), stalled=stalled, rounds=mm.rounds, status=status,
+        cohort_end=cohort_end, stalled=stalled, rounds=mm.rounds, status=status,
         cdf=None if p100_only else utilisation_cdf(utilisation, usable),
     )
-
-
-def uniform_phase(links, demand, size_bytes, flow_cap, capacity, alive, eps, max_rounds, *,
-                  tier_bounds, top_k) -> PhaseResult:
-    """ECMP and spraying: each flow split equally over its live path slots, then evaluated."""
-    alive_ext = jnp.concatenate([alive, jnp.array([True])])
-    weights = uniform_live_split(links, alive_ext)
-    return evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive,
-                          eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
-
-
-solve_uniform_phase = jax.jit(uniform_phase, static_argnames=("tier_bounds", "top_k"))
-solve_uniform_phase.__doc__ = "Jitted `uniform_phase` over stored link ids [F, K, H]."

@@ -3,7 +3,8 @@
 Contract: `progressive_completion` simulates one phase as a sequence of events inside one bounded
 `jax.lax.while_loop`; at each event the max-min rates (`solver.max_min_rates`) are re-solved
 over the active flows (started, not finished). Units as in `solver`: sizes in bytes, rates and
-capacities in Gbit/s, times in seconds from the phase start (0). Each event finishes at least
+capacities in Gbit/s; start times in seconds from the phase start, durations from each flow's
+own start. Each event finishes at least
 one flow or admits at least one arrival, so a phase needs at most (flows with bytes) +
 (distinct arrival times) + 1 events; `max_events` may cut that short (then
 `Status.EVENT_LIMIT`).
@@ -41,9 +42,11 @@ SAME_TIME_RTOL = 1e-5
 class Progressive(NamedTuple):
     """One phase under the progressive model (device arrays).
 
-    finish: float32[F] seconds from the phase start (absolute, not per flow); a flow with no
-        bytes finishes at its start; inf only for a stalled flow (bytes left, rate 0, and
-        nothing left that could change it).
+    finish: float32[F] start_s + duration (a convenience for small start times; the host
+        adds its float64 starts to `duration` instead).
+    duration: float32[F] seconds from each flow's own start to its finish (its FCT on the
+        fabric); 0 for a flow with no bytes; inf only for a stalled flow (bytes left, rate 0,
+        and nothing left that could change it).
     events: int32 scalar, rate solves inside the event loop (the last one, which finds a
         stalled phase with nothing left to change, counts too; the extra solve after
         EVENT_LIMIT does not).
@@ -52,6 +55,7 @@ class Progressive(NamedTuple):
     """
 
     finish: jax.Array
+    duration: jax.Array
     events: jax.Array
     rounds: jax.Array
     status: jax.Array
@@ -97,17 +101,22 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
         return max_min_rates(links, weights * active[:, None].astype(weights.dtype), flow_cap,
                              capacity_ext, eps=eps, max_rounds=max_rounds)
 
-    # time starts at the first arrival with bytes, so a late phase does not cost an empty event
+    # Time is kept per flow, relative: `wait` until a pending flow arrives and `age` since an
+    # active one did. A flow's duration is then accurate to its own magnitude however late in
+    # the phase it starts (an absolute float32 clock at 1000 s resolves only ~60 us).
+    # Time starts at the first arrival with bytes, so a late phase does not cost an empty event.
     first = jnp.min(jnp.where(sending, start_s, jnp.inf))
     t0 = jnp.where(jnp.isfinite(first), first, 0.0)
-    # state: now, remaining (Gbit), finish, done, events, rounds, status, stalled, span (the
-    # first solve's time to its slowest flow's end: the pace `give_up_after` measures against)
-    init = (t0, bits, jnp.where(sending, 0.0, start_s), ~sending, jnp.int32(0), jnp.int32(0),
-            jnp.int32(OK), jnp.bool_(False), f32(jnp.inf))
+    wait0 = jnp.maximum(start_s - t0, 0.0)
+    # state: elapsed (since t0; only the give-up pace reads it), wait, age, remaining (Gbit),
+    # duration, done, events, rounds, status, stalled, span (the first solve's time to its
+    # slowest flow's end: the pace `give_up_after` measures against)
+    init = (f32(0.0), wait0, jnp.zeros_like(bits), bits, jnp.zeros_like(bits), ~sending,
+            jnp.int32(0), jnp.int32(0), jnp.int32(OK), jnp.bool_(False), f32(jnp.inf))
 
     num_sending = jnp.sum(sending).astype(f32)
 
-    def behind(now, done, span, events):
+    def behind(elapsed, done, span, events):
         # on pace to pass the cap: both the share of the flows finished and the share of the
         # first solve's span (its slowest flow's end) simulated so far are below the share of
         # the cap spent (flows alone misjudge a phase whose many flows all end late, time
@@ -115,22 +124,22 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
         spent = events.astype(f32) / max_events.astype(f32)
         finished = jnp.sum(done & sending).astype(f32)
         return ((give_up_after > 0) & (events >= give_up_after) &
-                (finished < num_sending * spent) & (now - t0 < span * spent))
+                (finished < num_sending * spent) & (elapsed < span * spent))
 
     def cond(state):
-        now, _, _, done, events, _, _, stalled, span = state
-        return jnp.any(~done) & ~stalled & (events < max_events) & ~behind(now, done, span, events)
+        elapsed, _, _, _, _, done, events, _, _, stalled, span = state
+        return (jnp.any(~done) & ~stalled & (events < max_events) &
+                ~behind(elapsed, done, span, events))
 
     def body(state):
-        now, remaining, finish, done, events, rounds, status, _, span = state
-        active = ~done & (start_s <= now)
+        elapsed, wait, age, remaining, duration, done, events, rounds, status, _, span = state
+        active = ~done & (wait <= 0)
         mm = solve(active)
         moving = active & (mm.rates > 0)
         time_left = _safe_divide(remaining, mm.rates, moving)
         earliest = jnp.min(time_left)
-        pending = ~done & (start_s > now)
-        next_arrival = jnp.min(jnp.where(pending, start_s, jnp.inf))
-        to_arrival = next_arrival - now            # inf when nothing is pending
+        pending = ~done & (wait > 0)
+        to_arrival = jnp.min(jnp.where(pending, wait, jnp.inf))   # inf when nothing is pending
         # nothing moves and nobody arrives: the rate-0 flows would wait forever
         stalled = ~jnp.isfinite(jnp.minimum(earliest, to_arrival))
         # the batch never reaches past an arrival, so arrivals stay exact under batching
@@ -140,41 +149,47 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
                          jnp.minimum(jnp.max(jnp.where(finishing, time_left, 0.0)), horizon),
                          to_arrival)
         step = jnp.where(stalled, 0.0, step)
-        # land exactly on the arrival time so `start_s <= now` admits the arriving flows
-        new_now = jnp.minimum(now + step, next_arrival)
+        # arrivals land exactly on 0 (x - x), so `wait <= 0` admits them next event
+        arriving = pending & (wait <= step)
+        new_wait = jnp.where(pending, jnp.where(arriving, 0.0, wait - step), wait)
         sent = jnp.where(moving & ~finishing, mm.rates * step, 0.0)
         new_remaining = jnp.where(finishing, 0.0, jnp.maximum(remaining - sent, 0.0))
         # a flow that was not in the batch but has nothing left (f32 rounding) is done now
         drained = active & ~finishing & (new_remaining <= 0)
-        new_finish = jnp.where(finishing, now + time_left, jnp.where(drained, new_now, finish))
+        new_duration = jnp.where(finishing, age + time_left,
+                                 jnp.where(drained, age + step, duration))
+        new_age = jnp.where(active, age + step, age)
         new_status = status | mm.status | jnp.where(stalled, STALLED, 0).astype(jnp.int32)
         latest = jnp.max(jnp.where(moving, time_left, 0.0))
-        span = jnp.where(events == 0, now + latest - t0, span)
-        return (new_now, new_remaining, new_finish, done | finishing | drained, events + 1,
-                jnp.maximum(rounds, mm.rounds), new_status, stalled, span)
+        span = jnp.where(events == 0, latest, span)
+        return (elapsed + step, new_wait, new_age, new_remaining, new_duration,
+                done | finishing | drained, events + 1, jnp.maximum(rounds, mm.rounds),
+                new_status, stalled, span)
 
-    now, remaining, finish, done, events, rounds, status, stalled, span = jax.lax.while_loop(
-        cond, body, init)
+    (elapsed, wait, age, remaining, duration, done, events, rounds, status, stalled,
+     span) = jax.lax.while_loop(cond, body, init)
 
     def extrapolate(_):
-        # all unfinished flows share the fabric from max(now, start) to their end: one solve
+        # all unfinished flows share the fabric from now or their start, whichever is later,
+        # to their end: one solve
         unfinished = ~done
         mm = solve(unfinished)
         moving = unfinished & (mm.rates > 0)
         left = _safe_divide(remaining, mm.rates, moving)
-        out = jnp.where(unfinished, jnp.maximum(now, start_s) + left, finish)
+        out = jnp.where(unfinished, jnp.where(wait <= 0, age, 0.0) + left, duration)
         flags = (EVENT_LIMIT | mm.status
                  | jnp.where(jnp.any(unfinished & ~moving), STALLED, 0))
         return out, mm.rounds, flags.astype(jnp.int32)
 
     def settle(_):
         # every flow is done, or the loop stalled and the flows still left never finish
-        return jnp.where(done, finish, jnp.inf), jnp.int32(0), jnp.int32(OK)
+        return jnp.where(done, duration, jnp.inf), jnp.int32(0), jnp.int32(OK)
 
-    gave_up = jnp.any(~done) & ~stalled & behind(now, done, span, events)
+    gave_up = jnp.any(~done) & ~stalled & behind(elapsed, done, span, events)
     hit_limit = jnp.any(~done) & ~stalled & ~gave_up
-    finish, extra_rounds, extra_status = jax.lax.cond(hit_limit, extrapolate, settle, None)
-    return Progressive(finish=finish, events=events, rounds=jnp.maximum(rounds, extra_rounds),
+    duration, extra_rounds, extra_status = jax.lax.cond(hit_limit, extrapolate, settle, None)
+    return Progressive(finish=start_s + duration, duration=duration, events=events,
+                       rounds=jnp.maximum(rounds, extra_rounds),
                        status=status | extra_status | jnp.where(gave_up, SKIPPED, OK))
 
 

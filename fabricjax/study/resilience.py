@@ -28,10 +28,10 @@ import numpy as np
 from fabricjax.config import FailuresConfig, Scenario
 from fabricjax.core.stream import StreamError
 from fabricjax.engine.batch import null_set_outcome, prepare_failure_phase, solve_set_range
-from fabricjax.engine.phase import line_rate_time_s, nic_rate, slot_links_host
+from fabricjax.engine.phase import slot_links_host
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import kind_counts, sample_failures
-from fabricjax.metrics import failure_summary, phase_duration_s, set_records
+from fabricjax.metrics import collective_references, failure_summary, set_records
 from fabricjax.policies import get
 from fabricjax.results import FailureStudy, ReliabilityRow
 from fabricjax.workload.flows import Collective
@@ -73,15 +73,10 @@ def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Colle
                                   f"{b} of {policy} on {collective.name}")
         finished += len(ours) * len(collective.phases)
         outcomes = baseline[(policy, item)]
-        endpoint = sum(float(phase_duration_s(scenario, p, float(o.result.ideal_time), fabric))
-                       for p, o in zip(collective.phases, outcomes))
-        line_rate = sum(float(phase_duration_s(scenario, p,
-                                               line_rate_time_s(p.flows, nic_rate(fabric)),
-                                               fabric))
-                        for p in collective.phases)
+        endpoint, line_rate = collective_references(scenario, fabric, collective, outcomes)
         if len(ours) < B:
-            prepared = [prepare_failure_phase(policy, scenario, fabric, phase.flows,
-                                              outcomes[index], B, (collective.stream, index))
+            prepared = [prepare_failure_phase(policy, scenario, fabric, outcomes[index], B,
+                                              (collective.stream, index))
                         if phase.flows.num_flows else None    # inside servers: no failure
                         for index, phase in enumerate(collective.phases)]
             per_call = max((p.per_call for p in prepared if p is not None), default=B)
@@ -105,7 +100,7 @@ def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Colle
                         continue
                     results.append(solve_set_range(prepared[index], scenario, fabric, batch,
                                                    start, stop, advance))
-                new = set_records(policy, collective, results, fabric, scenario, batch,
+                new = set_records(policy, collective, results, outcomes, fabric, scenario, batch,
                                   line_rate, endpoint, window, first=start)
                 if on_records is not None:
                     on_records(new)
@@ -130,7 +125,7 @@ def used_links(fabric: AnyFabric, collective: Collective, outcomes: list) -> np.
         sending = flows.size > 0
         if not np.any(sending):
             continue
-        if outcome.plane is None:  # aggregated (a Clos): every spine of every plane
+        if outcome.split is None:  # aggregated (a Clos): every spine of every plane
             g = fabric.geometry
             planes = np.arange(g.planes)[:, None, None]
             spines = np.arange(g.spines)[None, None, :]
@@ -143,7 +138,7 @@ def used_links(fabric: AnyFabric, collective: Collective, outcomes: list) -> np.
                         g.t0_up(planes, up_t0, spines), g.t1_down(planes, down_t0, spines)):
                 used[np.asarray(ids).reshape(-1)] = True
             continue
-        links = slot_links_host(fabric, flows, outcome)
+        links = slot_links_host(fabric, flows, outcome.split)
         used[links[sending].reshape(-1)] = True
     return used[:-1]
 

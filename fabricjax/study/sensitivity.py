@@ -17,7 +17,6 @@ import numpy as np
 from fabricjax.config import Scenario
 from fabricjax.engine.phase import phase_split
 from fabricjax.fabric.build import AnyFabric
-from fabricjax.metrics import wire_factor
 from fabricjax.policies import get
 from fabricjax.solver.gradients import PhaseSplit, Sensitivity, sensitivity
 from fabricjax.workload.flows import Collective
@@ -35,9 +34,9 @@ def outcome_split(fabric: AnyFabric, flows, outcome, policy: str, *,
     solved as classes (no per-flow slots: solve it with solver.aggregate: never)."""
     tie = TIE_RTOL
     upper = float(np.asarray(outcome.result.stats)[0, -1])
-    if get(policy).gap_certified and outcome.residual is not None and upper > 0:
-        tie = max(TIE_RTOL, float(outcome.residual) / upper)
-    return phase_split(fabric, flows, outcome, alive=alive, tie_rtol=tie)
+    if get(policy).gap_certified and outcome.adaptation is not None and upper > 0:
+        tie = max(TIE_RTOL, float(outcome.adaptation.residual) / upper)
+    return phase_split(fabric, outcome, alive=alive, tie_rtol=tie)
 
 
 def _time_defined(flows) -> bool:
@@ -105,9 +104,9 @@ def collective_sensitivity(scenario, fabric: AnyFabric, collective, outcomes, po
     """`link_sensitivity` for a whole collective (`outcomes`: its phases' PhaseOutcomes, as
     `analyze` makes them).
 
-    Time: the collective's time is the sum over phases of repeat x (max(fabric time x the
-    headers' wire factor + transport latency, scale-up time) + step latency), so d_time sums
-    repeat x wire factor x the phase's d_time over phases whose fabric time exceeds their
+    Time: the collective's time is the sum over phases of repeat x (max(fabric time (of the
+    wire bytes) + transport latency, scale-up time) + step latency), so d_time sums
+    repeat x the phase's d_time over phases whose fabric time exceeds their
     scale-up time (a phase bound by its scale-up flows gains nothing from
     the fabric: one-sided derivative 0). None when any fabric phase lacks a finite time.
     P100: the collective's P100 is its busiest phase's, so d_p100 is that phase's gradient
@@ -128,8 +127,8 @@ def collective_sensitivity(scenario, fabric: AnyFabric, collective, outcomes, po
         grads.append(np.asarray(sens.d_p100, np.float64))
         if not np.isfinite(sens.time):
             time_ok = False
-        elif float(sens.time) * wire_factor(scenario) > phase.scaleup_time * (1 + TIE_RTOL):
-            d_time += phase.repeat * wire_factor(scenario) * np.asarray(sens.d_time, np.float64)
+        elif float(sens.time) > phase.scaleup_time * (1 + TIE_RTOL):
+            d_time += phase.repeat * np.asarray(sens.d_time, np.float64)
     d_p100 = np.zeros(num, np.float64)
     if peaks:
         peaks_arr = np.asarray(peaks)
@@ -149,7 +148,7 @@ def link_upgrades(scenario: Scenario, fabric: AnyFabric, collectives: list[Colle
     for policy in scenario.policies:
         for item, collective in enumerate(collectives):
             outcomes = baseline[(policy, item)]
-            if any(o.aggregated is not None for o in outcomes):
+            if any(o.classes is not None for o in outcomes):
                 continue
             links = collective_sensitivity(scenario, fabric, collective, outcomes, policy,
                                            top_k=top_k)

@@ -14,9 +14,9 @@ import numpy as np
 
 from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
-from fabricjax.engine.phase import concat_slots, initial_slots, solve_policy_phase
+from fabricjax.engine.phase import concat_slots, initial_slots, phase_hops, solve_policy_phase
+from fabricjax.engine.timing import phase_duration_s, wire_factor
 from fabricjax.fabric.build import AnyFabric
-from fabricjax.metrics import phase_duration_s
 from fabricjax.policies import get
 from fabricjax.results import SharingRow
 from fabricjax.workload.flows import Collective, Flows
@@ -64,21 +64,23 @@ def _run_jobs(policy: str, exact: Scenario, fabric: AnyFabric, jobs: list[Collec
             # mrc's swap coins: one key per mix (the draws differ from alone, as they would)
             outcome = solve_policy_phase(policy, exact, fabric, flows, (SHARING_STREAM, mixes),
                                          slots=slots)
-            status |= int(outcome.result.status) | (ITERATION_CAP if outcome.capped else OK)
+            capped = outcome.adaptation is not None and outcome.adaptation.capped
+            status |= int(outcome.result.status) | (ITERATION_CAP if capped else OK)
             rates = np.asarray(outcome.result.rates, np.float64)
             owner = np.concatenate(owners)
             begin = np.zeros(flows.num_flows) if flows.start is None else flows.start
             sending = flows.size > 0
             moving = sending & (rates > 0)
-            ends = np.where(moving, begin + flows.size * 8e-9 / np.where(moving, rates, 1.0),
-                            0.0)
+            bits = flows.size * wire_factor(exact) * 8e-9      # on the wire, as the device's
+            ends = np.where(moving, begin + bits / np.where(moving, rates, 1.0), 0.0)
             ends = np.where(sending & ~moving, np.inf, ends)
             for j in active:
                 fabric_time[j] = float(ends[owner == j].max(initial=0.0))
         step = {}
         for j in active:
             phase = jobs[j].phases[phase_index[j]]
-            step[j] = float(phase_duration_s(exact, phase, fabric_time[j], fabric)) / phase.repeat
+            step[j] = float(phase_duration_s(exact, phase, fabric_time[j],
+                                             phase_hops(fabric, phase))) / phase.repeat
         remaining = {j: steps_left[j] * step[j] for j in active}
         dt = min(remaining.values())
         if not np.isfinite(dt):      # every unfinished job is stalled
