@@ -74,21 +74,21 @@ def one_case(fabric_key: str, policy: str, sets: int, single: int) -> dict:
                            degraded_links=batch.degraded_links[:16],
                            degraded_factor=batch.degraded_factor[:16])
     t0 = time.perf_counter()
-    solve_failure_sets(policy, scenario, fabric, flows, base, first, (0, 0))
+    solve_failure_sets(policy, scenario, fabric, base, first, (0, 0))
     t_first = time.perf_counter() - t0
     # new sets of the same shapes (another seed): no recompile
     scenario = scenario.model_copy(update={"failures": scenario.failures.model_copy(
         update={"seed": 8})})
     batch = sample_failures(scenario)
     t0 = time.perf_counter()
-    out = solve_failure_sets(policy, scenario, fabric, flows, base, batch, (0, 0))
+    out = solve_failure_sets(policy, scenario, fabric, base, batch, (0, 0))
     t_batched = time.perf_counter() - t0
 
     # the same kernel, one set per call (after compiling that shape once)
     one = batch._replace(names=batch.names[:1], dead_links=batch.dead_links[:1],
                          dead_nodes=batch.dead_nodes[:1], degraded_links=batch.degraded_links[:1],
                          degraded_factor=batch.degraded_factor[:1])
-    solve_failure_sets(policy, scenario, fabric, flows, base, one, (0, 0))
+    solve_failure_sets(policy, scenario, fabric, base, one, (0, 0))
     count = min(single, sets)
     t0 = time.perf_counter()
     for b in range(count):
@@ -96,7 +96,7 @@ def one_case(fabric_key: str, policy: str, sets: int, single: int) -> dict:
                              dead_nodes=batch.dead_nodes[b:b + 1],
                              degraded_links=batch.degraded_links[b:b + 1],
                              degraded_factor=batch.degraded_factor[b:b + 1])
-        solve_failure_sets(policy, scenario, fabric, flows, base, sub, (0, 0))
+        solve_failure_sets(policy, scenario, fabric, base, sub, (0, 0))
     t_per_call = (time.perf_counter() - t0) / count
 
     # the pre-issue path: a full single-set analysis with the alive mask

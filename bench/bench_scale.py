@@ -134,15 +134,15 @@ def reference_row(policy: str, scenario, fabric, flows, outcome) -> dict:
     if policy == "mrc":
         rng = np.random.default_rng(5)
         iters = 3
-        spine = outcome.spine.astype(np.int64)
+        spine = outcome.split.choice.astype(np.int64)
         start = time.perf_counter()
         for _ in range(iters):
             spine, _ = ref.mrc_iteration(g, flows.src.astype(np.int64),
                                          flows.dst.astype(np.int64),
-                                         outcome.plane.astype(np.int64), spine, demand,
+                                         outcome.split.plane.astype(np.int64), spine, demand,
                                          fabric.capacity, rng, threshold=0.0)
         return {"reference_mrc_iteration_s": (time.perf_counter() - start) / iters}
-    plane, spine = outcome.plane, outcome.spine
+    plane, spine = outcome.split.plane, outcome.split.choice
 
     def solve():
         graph = ref.build_graph(g)
@@ -196,8 +196,8 @@ def one_case(size: str, policy: str, sets: int, max_ref_gpus: int) -> dict:
         batch = sample_failures(scenario)
         head = batch._replace(**{k: getattr(batch, k)[:16] for k in batch._fields})
         row["failure_first_chunk_s"], _ = _timed(lambda: solve_failure_sets(
-            policy, scenario, fabric, flows, first, head, (0, 0)))
-        seconds, out = _timed(lambda: solve_failure_sets(policy, scenario, fabric, flows, first,
+            policy, scenario, fabric, first, head, (0, 0)))
+        seconds, out = _timed(lambda: solve_failure_sets(policy, scenario, fabric, first,
                                                          batch, (0, 0)))
         row.update(failure_sets=batch.size, failure_s=seconds,
                    sets_per_s=batch.size / seconds,

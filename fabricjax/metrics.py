@@ -64,9 +64,11 @@ def _quantile_dict(row: np.ndarray) -> dict:
     return {"p50": float(row[0]), "p99": float(row[1]), "p100": float(row[2])}
 
 
-def _weighted_quantiles(values: np.ndarray, weights: np.ndarray,
-                        qs: tuple[float, ...]) -> list[float]:
-    """Inverted-CDF quantiles of `values` where each value counts `weights` times."""
+def weighted_quantiles(values: np.ndarray, weights: np.ndarray,
+                       qs: tuple[float, ...]) -> list[float]:
+    """Inverted-CDF quantiles of `values` where each value counts `weights` times: the
+    smallest value whose cumulative weight reaches q of the total (numpy's `inverted_cdf` with
+    unit weights). The one convention every FCT quantile a report shows uses."""
     order = np.argsort(values, kind="stable")
     cum = np.cumsum(weights[order], dtype=np.float64)
     picks = np.searchsorted(cum, np.asarray(qs) * cum[-1], side="left")
@@ -115,7 +117,7 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
     if fcts and not stalled:
         values, w = np.concatenate(fcts), np.concatenate(weights)
         if values.size:
-            p50, p99 = _weighted_quantiles(values, w, (0.5, 0.99))
+            p50, p99 = weighted_quantiles(values, w, (0.5, 0.99))
             out.update(fct_p50_s=p50, fct_p99_s=p99, fct_max_s=float(values.max()))
     return out
 

@@ -1,9 +1,10 @@
-"""Test-side compositions of the engine's public pieces, with the call shapes the older tests
-were written against (one jitted function per Clos solve, given slots and arrays).
+"""Test-side entries into the engine's public pieces with arrays of a test's choosing (one
+jitted function per Clos solve, given slots and arrays).
 
-Nothing here is a second implementation: each adapter is the engine's own sequence (routes ->
-reaction -> incidence -> evaluation) wired by hand, so a test can drive one stage with
-arrays of its choosing. The engine itself runs that sequence in `engine.phase.phase_core`.
+Nothing here is a second implementation: every evaluation goes through the routes' own
+`evaluate` / `split_incidence` (the one slots -> links -> incidence -> evaluation sequence the
+engine's `phase_core` runs), and mrc through its own fixed point; an adapter only chooses the
+split (equal over the live slots, or given weights) a test wants to drive.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import numpy as np
 
 from fabricjax.core.status import Status
 from fabricjax.engine.phase import offered_demand
+from fabricjax.engine.timing import wire_bytes
 from fabricjax.policies import get
 from fabricjax.policies.mrc import MRC, mrc_fixed_point
 from fabricjax.solver.aggregate import (aggregatable, flow_classes, offered_class_demand,
                                         solve_class_slots)
 from fabricjax.solver.gradients import split_of
 from fabricjax.solver.incidence import ClosRoutes
-from fabricjax.solver.maxmin import (TOP_LINKS, evaluate_split, solve_uniform_phase,
-                                     uniform_live_split)
+from fabricjax.solver.maxmin import TOP_LINKS, evaluate_split, uniform_live_split
 from fabricjax.solver.progressive import progressive_completion
 
 MRC_BALANCED, MRC_SETTLED, MRC_ITERATION_CAP = (int(Status.OK), int(Status.SETTLED),
@@ -40,13 +41,13 @@ def tier_bounds(fabric) -> tuple:
 
 
 def phase_inputs(fabric, flows, scenario, alive):
-    """(demand, size32, flow_cap, capacity, alive, eps, max_rounds) of a Clos phase, host
+    """(demand, wire bytes, flow_cap, capacity, alive, eps, max_rounds) of a Clos phase, host
     arrays as the engine builds them."""
     g = fabric.geometry
     demand = offered_demand(flows, g.nic_gbps, g.gpus)
     if alive is None:
         alive = np.ones(fabric.num_links, dtype=bool)
-    return (demand, flows.size.astype(np.float32), np.full_like(demand, g.nic_gbps),
+    return (demand, wire_bytes(scenario, flows.size), np.full_like(demand, g.nic_gbps),
             fabric.capacity, alive, np.float32(scenario.solver.eps),
             np.int32(scenario.solver.max_rounds))
 
@@ -62,11 +63,10 @@ def solve_clos_uniform_phase(geom, src, dst, plane, spine, demand, size_bytes, f
                              slowest_only=False):
     """Equal split over the live (plane, spine) slots, evaluated."""
     routes = ClosRoutes(geom, src, dst)
-    links = routes.slot_links(plane, spine)
-    ids, coef = routes.incidence(plane, spine, links, uniform_live_split(links, _alive_ext(alive)))
-    return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive, eps=eps,
-                          max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k,
-                          slowest_only=slowest_only)
+    weights = uniform_live_split(routes.slot_links(plane, spine), _alive_ext(alive))
+    return routes.evaluate(plane, spine, weights, demand, size_bytes, flow_cap, capacity, alive,
+                           eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k,
+                           slowest_only=slowest_only)
 
 
 @functools.partial(jax.jit, static_argnums=0,
@@ -75,13 +75,10 @@ def solve_clos_weighted_phase(geom, src, dst, plane, spine, weights, demand, siz
                               flow_cap, capacity, alive, eps, max_rounds, *, tier_bounds, top_k,
                               slowest_only=False):
     """A given split weights[F, K] over Clos slots (caps scaled by the carried share)."""
-    routes = ClosRoutes(geom, src, dst)
-    links = routes.slot_links(plane, spine)
-    ids, coef = routes.incidence(plane, spine, links, weights)
-    return evaluate_split(ids, coef, demand, size_bytes,
-                          flow_cap * jnp.minimum(weights.sum(axis=1), 1.0), capacity, alive,
-                          eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k,
-                          slowest_only=slowest_only)
+    return ClosRoutes(geom, src, dst).evaluate(
+        plane, spine, weights, demand, size_bytes, flow_cap * jnp.minimum(weights.sum(axis=1), 1.0),
+        capacity, alive, eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k,
+        slowest_only=slowest_only)
 
 
 @functools.partial(jax.jit, static_argnums=0,
@@ -95,12 +92,10 @@ def solve_mrc_phase(geom, src, dst, plane, spine, demand, size_bytes, flow_cap, 
     mrc = mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshold,
                           damping, tol, max_iters=max_iters, patience=patience,
                           fabric_range=(tier_bounds[1][0], tier_bounds[2][1]))
-    links = routes.slot_links(plane, mrc.spine)
-    ids, coef = routes.incidence(plane, mrc.spine, links,
-                                 uniform_live_split(links, _alive_ext(alive)))
-    return mrc, evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive,
-                               eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds,
-                               top_k=top_k, slowest_only=slowest_only)
+    weights = uniform_live_split(routes.slot_links(plane, mrc.spine), _alive_ext(alive))
+    return mrc, routes.evaluate(plane, mrc.spine, weights, demand, size_bytes, flow_cap,
+                                capacity, alive, eps=eps, max_rounds=max_rounds,
+                                tier_bounds=tier_bounds, top_k=top_k, slowest_only=slowest_only)
 
 
 def _capacity_ext(capacity, alive):
@@ -112,8 +107,8 @@ def _capacity_ext(capacity, alive):
 def solve_clos_progressive_uniform(geom, src, dst, plane, spine, size_bytes, start_s, flow_cap,
                                    capacity, alive, eps, max_rounds, max_events, batch):
     routes = ClosRoutes(geom, src, dst)
-    links = routes.slot_links(plane, spine)
-    ids, coef = routes.incidence(plane, spine, links, uniform_live_split(links, _alive_ext(alive)))
+    weights = uniform_live_split(routes.slot_links(plane, spine), _alive_ext(alive))
+    ids, coef = routes.split_incidence(plane, spine, weights)
     return progressive_completion(ids, coef, size_bytes, start_s, flow_cap,
                                   _capacity_ext(capacity, alive), eps=eps,
                                   max_rounds=max_rounds, max_events=max_events, batch=batch)
@@ -123,9 +118,7 @@ def solve_clos_progressive_uniform(geom, src, dst, plane, spine, size_bytes, sta
 def solve_clos_progressive_weighted(geom, src, dst, plane, spine, weights, size_bytes, start_s,
                                     flow_cap, capacity, alive, eps, max_rounds, max_events,
                                     batch):
-    routes = ClosRoutes(geom, src, dst)
-    links = routes.slot_links(plane, spine)
-    ids, coef = routes.incidence(plane, spine, links, weights)
+    ids, coef = ClosRoutes(geom, src, dst).split_incidence(plane, spine, weights)
     return progressive_completion(ids, coef, size_bytes, start_s,
                                   flow_cap * jnp.minimum(weights.sum(axis=1), 1.0),
                                   _capacity_ext(capacity, alive), eps=eps,
@@ -137,12 +130,11 @@ def clos_phase_split(geom, src, dst, plane, spine, weights, demand, size_bytes, 
                      tie_rtol):
     """The PhaseSplit of flows over Clos slots (weights None: equal over live slots)."""
     routes = ClosRoutes(geom, src, dst)
-    links = routes.slot_links(plane, spine)
     if weights is None:
-        weights = uniform_live_split(links, _alive_ext(alive))
+        weights = uniform_live_split(routes.slot_links(plane, spine), _alive_ext(alive))
     else:
         flow_cap = flow_cap * jnp.minimum(weights.sum(axis=1), 1.0)
-    ids, coef = routes.incidence(plane, spine, links, weights)
+    ids, coef = routes.split_incidence(plane, spine, weights)
     return split_of(ids, coef, geom.num_links, demand, size_bytes, flow_cap, alive, tie_rtol)
 
 
@@ -159,6 +151,18 @@ def clos_mrc_fixed_point(geom, src, dst, plane, spine, demand, capacity, alive, 
     return mrc_fixed_point(ClosRoutes(geom, src, dst), plane, spine, demand, capacity, alive,
                            key, threshold, damping, tol, max_iters=max_iters,
                            patience=patience, fabric_range=(starts[1], starts[3]))
+
+
+def uniform_phase(links, demand, size_bytes, flow_cap, capacity, alive, eps, max_rounds, *,
+                  tier_bounds, top_k):
+    """Stored link ids [F, K, H] split equally over each flow's live slots, evaluated (the
+    solver's own `evaluate_split`, as a stored-path fabric's routes call it)."""
+    weights = uniform_live_split(links, _alive_ext(alive))
+    return evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive,
+                          eps=eps, max_rounds=max_rounds, tier_bounds=tier_bounds, top_k=top_k)
+
+
+solve_uniform_phase = jax.jit(uniform_phase, static_argnames=("tier_bounds", "top_k"))
 
 
 def solve_phase(fabric, paths, flows, scenario, alive=None):

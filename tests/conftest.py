@@ -80,13 +80,15 @@ def strict_promotion():
 
 
 def scenario_for(fabric: FabricConfig, *, eps: float = 0.0, max_rounds: int = 10_000,
-                 rates: str = "full"):
+                 rates: str = "full", transport: bool = True):
     """A minimal valid Scenario around `fabric` (solve_phase reads its solver settings).
-    Full max-min rounds by default: these cases compare every flow's rate."""
+    Full max-min rounds by default: these cases compare every flow's rate. `transport`
+    False: the plain fluid model (payload bytes on the wire)."""
     return parse_scenario({
         "fabric": fabric.model_dump(),
         "workload": [{"collective": "permutation"}],
         "solver": {"eps": eps, "max_rounds": max_rounds, "rates": rates},
+        "transport": {"enabled": transport},
     })
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fabricjax.engine.phase import solve_policy_phase
+from fabricjax.engine.timing import wire_factor
 from fabricjax.engine.phase import concat_slots, initial_slots
 from fabricjax.policies import get
 from fabricjax.study.analyze import analyze
@@ -288,8 +289,9 @@ def _two_job_reference(policy, scen, fabric, jobs):
                              slots=concat_slots([sa, sb]))
     rates = out.result.rates
     fa = pa.flows.num_flows
-    step_a = float(np.max(pa.flows.size * 8e-9 / rates[:fa]))
-    step_b = float(np.max(pb.flows.size * 8e-9 / rates[fa:]))
+    wire = wire_factor(exact)        # the device's times are of the bytes on the wire
+    step_a = float(np.max(pa.flows.size * wire * 8e-9 / rates[:fa]))
+    step_b = float(np.max(pb.flows.size * wire * 8e-9 / rates[fa:]))
     ta, tb = pa.repeat * step_a, pb.repeat * step_b
     alone_a, alone_b = pa.repeat * alone(a, pa), pb.repeat * alone(b, pb)
     if ta <= tb:

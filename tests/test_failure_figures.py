@@ -344,18 +344,22 @@ def test_mrc_after_a_dead_t1_keeps_each_flows_planes_equal():
     # no-failure solver runs the same fixed point, then a full max-min evaluation)
     pre = solve_policy_phase("mrc", scenario, fabric, flows, (SHIFT, 0))
     alive = _alive(parse_component(g, "switches", T1_SWITCH, "figure3"))
-    demand, size32, flow_cap, capacity, _, eps, max_rounds = _phase_inputs(
-        fabric, flows, scenario, None)
+    _, _, _, capacity, _, eps, max_rounds = _phase_inputs(fabric, flows, scenario, None)
+    # the failure set runs on the baseline's prepared (padded) phase, from its returned EVs
+    phase = pre.prepared.arrays
+    plane = pre.prepared.pad(pre.split.plane, pre.split.plane[0])
+    spine = pre.prepared.pad(pre.split.choice, pre.split.choice[0])
     cfg = scenario.mrc
     mrc, result = jax.device_get(solve_mrc_phase(
-        g, flows.src, flows.dst, pre.plane, pre.spine, demand, size32, flow_cap, capacity,
+        g, phase.src, phase.dst, plane, spine, phase.demand, phase.size, phase.flow_cap,
+        capacity,
         alive, phase_key(0, SHIFT, 0, get("mrc").stream), np.float32(cfg.threshold),
         np.float32(cfg.damping), np.float32(cfg.tol), eps, max_rounds,
         max_iters=cfg.max_iters, patience=cfg.patience, tier_bounds=_tier_bounds(fabric),
         top_k=5))
     assert float(result.stats[0, 2]) == pytest.approx(record["p100_utilisation"], rel=1e-5)
 
-    on_dead_spine = (pre.plane == 1) & (np.asarray(mrc.spine) == 2)
+    on_dead_spine = (plane == 1) & (np.asarray(mrc.spine) == 2)
     assert int(on_dead_spine.sum()) == 0, f"{int(on_dead_spine.sum())} dead EVs kept"
     assert record["p100_by_tier"]["gpu-t0"] == pytest.approx(1.0, rel=1e-5)
     assert record["p100_utilisation"] >= 8 / 7 * (1 - 2e-3)
@@ -486,29 +490,34 @@ def test_ecmp_reconverged_loads_match_plain_python_rehash(failures):
     np.testing.assert_array_equal(alive, alive_ref)
 
     pre = solve_policy_phase("ecmp", scenario, fabric, flows, (RANDOM, 0))
-    assert pre.plane.shape == (flows.num_flows, 2 * P)
+    assert pre.split.plane.shape == (flows.num_flows, 2 * P)
     alive_ext = jnp.asarray(np.append(alive, True))
     key = phase_key(scenario.seed, RANDOM, 0, get("ecmp").stream)   # the study's key
-    new_spine = np.asarray(rehash_dead_slots(g, jnp.asarray(flows.src), jnp.asarray(flows.dst),
-                                             jnp.asarray(pre.plane), jnp.asarray(pre.spine),
-                                             alive_ext, key))
+    # the failure set re-hashes over the baseline's prepared (padded) phase
+    prepared, real = pre.prepared, flows.num_flows
+    plane, spine = pre.split.plane, pre.split.choice
+    new_spine = np.asarray(rehash_dead_slots(
+        g, jnp.asarray(prepared.arrays.src), jnp.asarray(prepared.arrays.dst),
+        jnp.asarray(prepared.pad(plane, plane[0])), jnp.asarray(prepared.pad(spine, spine[0])),
+        alive_ext, key))[:real]
+    baseline = pre
     loads_ref, affected, stalled, moved = _reference_ecmp(
-        graph, link_id, flows, pre.plane, pre.spine, new_spine, dead_edges)
+        graph, link_id, flows, plane, spine, new_spine, dead_edges)
     assert moved >= 5                                     # the test does exercise re-hashing
 
     # the library's masked loads, composed from its own pieces
-    links = clos_path_links(g, flows.src[:, None], flows.dst[:, None], pre.plane, new_spine,
+    links = clos_path_links(g, flows.src[:, None], flows.dst[:, None], plane, new_spine,
                             xp=jnp)
     weights = uniform_live_split(links, alive_ext)
     ids, coef = clos_incidence(g, jnp.asarray(flows.src), jnp.asarray(flows.dst),
-                               jnp.asarray(pre.plane), links, weights)
+                               jnp.asarray(plane), links, weights)
     demand = jnp.full(flows.num_flows, NIC_GBPS, jnp.float32)
     loads = np.asarray(link_load(ids, coef, demand, g.num_links + 1))[:g.num_links]
     assert_close(loads, loads_ref, dtype=np.float32, atol=1e-3)
     assert float(loads[~alive].max(initial=0.0)) == 0.0
 
     # the failure study's own evaluation of this set
-    out = solve_failure_sets("ecmp", scenario, fabric, flows, pre, batch, (RANDOM, 0))
+    out = solve_failure_sets("ecmp", scenario, fabric, baseline, batch, (RANDOM, 0))
     util = loads_ref / 100.0
     starts, sizes = g.tier_starts, g.tier_sizes
     expected = [_quantiles(util[alive_ref])] + [

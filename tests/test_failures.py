@@ -39,7 +39,7 @@ from fabricjax.fabric.failures import (
 from fabricjax.fabric.paths import path_set
 from fabricjax.report.json import report_dict
 from fabricjax.engine.batch import solve_failure_sets
-from fabricjax.metrics import failure_set_records
+from fabricjax.metrics import failure_summary, set_records
 from fabricjax.policies import get
 from fabricjax.study.resilience import reliability_whatif
 from fabricjax.config import FabricConfig, FailureKindConfig
@@ -168,14 +168,14 @@ def ref_for(fabric_cfg: dict) -> Ref:
     return _REFS[key]
 
 
-def chunk_inputs(policy, scen, fabric, flows, outcome):
+def chunk_inputs(policy, scen, fabric, outcome):
     """The shared inputs of a chunk, on the device, as `solve_failure_sets` builds them (so
     direct calls and the failure study share compiled code)."""
-    return engine_chunk_inputs(policy, scen, fabric, flows, outcome, (0, 0))
+    return engine_chunk_inputs(policy, scen, fabric, outcome, (0, 0))
 
 
-def call_chunk(policy, scen, fabric, flows, inputs, batch, width):
-    out = run_chunk(policy, scen, fabric, flows, inputs,
+def call_chunk(policy, scen, fabric, outcome, inputs, batch, width):
+    out = run_chunk(policy, scen, fabric, outcome.prepared, inputs,
                     jax.device_put(batch.take(0, batch.size, batch.size)), vmap_width=width)
     return jax.device_get(out)
 
@@ -215,8 +215,8 @@ def batched(policy: str, chunk: int, batch: FailureBatch, world, key: str = "mix
     k = (policy, chunk, key)
     if k not in _SETS:
         scen = scenario({**MIX, "chunk": chunk})
-        _SETS[k] = solve_failure_sets(policy, scen, world["fabric"], world["flows"],
-                                      baseline(policy, world), batch, (0, 0))
+        _SETS[k] = solve_failure_sets(policy, scen, world["fabric"], baseline(policy, world),
+                                      batch, (0, 0))
     return _SETS[k]
 
 
@@ -629,8 +629,8 @@ def reference_spray(ref: Ref, flows, plane, spine, alive: np.ndarray):
 def test_spray_masked_loads_match_reference(world, mix_batch):
     ref = ref_for(FABRIC)
     fabric, g, flows = world["fabric"], world["fabric"].geometry, world["flows"]
-    out = baseline("spray", world)
-    paths = path_set(g, flows.src, flows.dst, out.plane, out.spine)
+    out = baseline("spray", world).split
+    paths = path_set(g, flows.src, flows.dst, out.plane, out.choice)
     demand = jnp.asarray(np.full(flows.num_flows, g.nic_gbps, np.float32))
 
     @jax.jit
@@ -645,7 +645,7 @@ def test_spray_masked_loads_match_reference(world, mix_batch):
         np.testing.assert_array_equal(alive, ref_alive)
         got = np.asarray(loads(paths.links, np.append(alive, True)))
         assert got[-1] == 0.0 or np.isfinite(got[-1])
-        expected, affected = reference_spray(ref, flows, out.plane, out.spine, ref_alive)
+        expected, affected = reference_spray(ref, flows, out.plane, out.choice, ref_alive)
         np.testing.assert_allclose(got[:-1], expected, rtol=1e-5, atol=1e-3)
         # the batched solve agrees: P100 over alive links, affected and stalled flows
         p100 = (expected / g.port_gbps)[ref_alive].max()
@@ -742,10 +742,10 @@ def test_new_failure_sets_do_not_recompile(world):
     assert a.names != b.names
     for x, y in zip(a[1:], b[1:]):
         assert x.shape == y.shape and x.dtype == y.dtype
-    inputs = chunk_inputs("spray", scen, fabric, flows, baseline("spray", world))
-    first = call_chunk("spray", scen, fabric, flows, inputs, a, 8)
+    inputs = chunk_inputs("spray", scen, fabric, baseline("spray", world))
+    first = call_chunk("spray", scen, fabric, baseline("spray", world), inputs, a, 8)
     size = solve_failure_chunk._cache_size()
-    second = call_chunk("spray", scen, fabric, flows, inputs, b, 8)
+    second = call_chunk("spray", scen, fabric, baseline("spray", world), inputs, b, 8)
     assert solve_failure_chunk._cache_size() == size
     assert not np.array_equal(first.affected, second.affected) or not np.array_equal(
         first.stats, second.stats)
@@ -754,7 +754,7 @@ def test_new_failure_sets_do_not_recompile(world):
 # --------------------------------------------------------------------------- 8. batched
 
 FIELDS_EXACT = ("stalled", "stalled_flows", "affected", "status", "adapt_status")
-FIELDS_CLOSE = ("stats", "top_util", "phase_time", "ideal_time", "min_rate", "residual")
+FIELDS_CLOSE = ("stats", "top_util", "cohort_end", "min_rate", "residual")
 
 
 def _assert_same_set(x, y, i, j):
@@ -785,24 +785,28 @@ def test_batched_equals_one_by_one_and_single_solve(policy, world, mix_batch):
     fabric, g, flows = world["fabric"], world["fabric"].geometry, world["flows"]
     out = _batched_matches_single(policy, world, mix_batch, (1, 8))
     scen = scenario()
-    base = baseline(policy, world)
+    base = baseline(policy, world).split
     key = failure_key(scen, policy, (0, 0))
     changed = 0
     for b in range(mix_batch.size):
         alive = alive_mask_host(g, fabric.link_src, fabric.link_dst, mix_batch.dead_links[b],
                                 mix_batch.dead_nodes[b])
-        spine = base.spine
+        spine = base.choice
         if policy == "ecmp":
-            spine = np.asarray(rehash(g, flows.src, flows.dst, base.plane, base.spine,
-                                      np.append(alive, True), key))
-            changed += int(np.sum(spine != base.spine))
+            # the failure set's re-hash runs over the baseline's padded phase
+            prepared = baseline(policy, world).prepared
+            spine = np.asarray(rehash(g, prepared.arrays.src, prepared.arrays.dst,
+                                      prepared.pad(base.plane, base.plane[0]),
+                                      prepared.pad(base.choice, base.choice[0]),
+                                      np.append(alive, True), key))[:flows.num_flows]
+            changed += int(np.sum(spine != base.choice))
         single = solve_slots(fabric, flows, base.plane, spine, scen, alive)
         # failure sets keep the P100 of every range (all links, then per tier)
         assert out.stats[b].shape == (single.stats.shape[0], 1)
         np.testing.assert_allclose(out.stats[b, :, -1], single.stats[:, -1], rtol=RTOL,
                                    atol=1e-6)
         # slowest_only (all flows send 64 MiB) == the max-min phase time at eps = 0
-        np.testing.assert_allclose(out.phase_time[b], single.phase_time, rtol=1e-4)
+        np.testing.assert_allclose(out.cohort_end[b, 0], single.phase_time, rtol=1e-4)
         assert int(out.stalled[b]) == int(single.stalled)
         np.testing.assert_allclose(out.min_rate[b], single.rates.min(), rtol=1e-4)
     if policy == "ecmp":
@@ -814,9 +818,9 @@ def test_vmap_width_not_dividing_the_chunk(world, mix_batch):
     # apart): the same sets as one at a time, to float32 rounding
     fabric, flows = world["fabric"], world["flows"]
     scen = scenario(MIX)
-    inputs = chunk_inputs("spray", scen, fabric, flows, baseline("spray", world))
-    out3 = call_chunk("spray", scen, fabric, flows, inputs, mix_batch, 3)
-    out1 = call_chunk("spray", scen, fabric, flows, inputs, mix_batch, 1)
+    inputs = chunk_inputs("spray", scen, fabric, baseline("spray", world))
+    out3 = call_chunk("spray", scen, fabric, baseline("spray", world), inputs, mix_batch, 3)
+    out1 = call_chunk("spray", scen, fabric, baseline("spray", world), inputs, mix_batch, 1)
     assert out3.stats.shape[0] == out1.stats.shape[0] == mix_batch.size
     for b in range(mix_batch.size):
         _assert_same_set(out3, out1, b, b)
@@ -948,20 +952,24 @@ def test_transient_accounting_per_policy(world):
     fabric, collective, flows = world["fabric"], world["collective"], world["flows"]
     scen = scenario({**STALL, "chunk": 8}, policies=["ecmp", "spray"])
     batch = sample_failures(scen)
-    res = solve_failure_sets("spray", scen, fabric, flows, baseline("spray", world), batch,
-                             (0, 0))
+    res = solve_failure_sets("spray", scen, fabric, baseline("spray", world), batch, (0, 0))
     assert np.all(res.affected > 0)
     affected = res.affected.copy()
     affected[[1, 4]] = 0                                   # two sets that hit nothing
-    res = res._replace(affected=affected)
-    ideal = float(baseline("spray", world).result.ideal_time)
+    stalled = res.stalled.copy()
+    assert np.all(stalled > 0)                             # GPU 5 has no plane left
+    # the transient alone: as if every flow still had a live path after the reaction
+    res, stalling = res._replace(affected=affected, stalled=np.zeros_like(stalled)), res
+    ideal = baseline("spray", world).fabric_end_s
     hit = affected > 0
     gpus = collective.gpus
 
     def records(policy, **failures):
         s = scenario({**STALL, **failures}, policies=["ecmp", "spray"])
-        return failure_set_records(policy, collective, [res], fabric, s, batch, ideal, ideal,
-                                   get(policy).reaction_window_s(s.failures))
+        window = get(policy).reaction_window_s(s.failures)
+        recs = set_records(policy, collective, [res], [baseline("spray", world)], fabric, s,
+                           batch, ideal, ideal, window)
+        return recs, failure_summary(policy, collective.name, recs, window)
 
     for policy in ("ecmp", "spray"):
         recs, summary = records(policy)                       # window 30 >= timeout 30
@@ -985,6 +993,14 @@ def test_transient_accounting_per_policy(world):
     assert all(r["stall_s"] is None and r["gpu_seconds_lost"] is None and not r["crash"]
                for r in recs)
     assert summary.stall_s_mean is None and summary.window_s is None
+    # a set that leaves a flow without a live path stalls the job past the transport
+    # timeout: it crashes whatever the policy's reaction window, and costs the restart
+    res = stalling
+    for policy in ("mrc", "optimal"):
+        recs, summary = records(policy)
+        assert all(r["crash"] and r["completion_s"] is None for r in recs)
+        assert [r["gpu_seconds_lost"] for r in recs] == pytest.approx([gpus * 130.0] * 8)
+        assert summary.crashed_sets == 8 and summary.stalled_sets == 8
 
 
 @pytest.mark.slow

@@ -187,16 +187,16 @@ def test_optimal_on_a_fat_tree_matches_the_lp(seed):
     exact = reference_lp(graph, fabric, flows, demand, 2)
     upper = float(out.result.stats[0, 2])
     assert exact <= upper + 1e-4
-    assert upper <= exact + out.residual + 1e-4 * exact
-    assert out.convergence.startswith("converged")
+    assert upper <= exact + out.adaptation.residual + 1e-4 * exact
+    assert out.adaptation.convergence.startswith("converged")
 
 
 def _loads(fabric, flows, out):
     """float64 link loads of an outcome's split, from its candidate link ids."""
-    links = slot_links_host(fabric, flows, out)
+    links = slot_links_host(fabric, flows, out.split)
     demand = offered_demand(flows, fabric.gpu_nic_gbps, fabric.gpus).astype(np.float64)
     load = np.zeros(fabric.num_links + 1)
-    weights = np.asarray(out.weights, np.float64)
+    weights = np.asarray(out.split.weights, np.float64)
     for f, k in itertools.product(range(links.shape[0]), range(links.shape[1])):
         for link in links[f, k]:
             load[link] += demand[f] * weights[f, k]
@@ -217,7 +217,7 @@ def test_policies_react_to_a_dead_core_on_a_graph_file(policy):
     assert int(out.result.stalled) == 0
     load = _loads(fabric, flows, out)
     assert np.all(load[~alive] == 0.0)
-    np.testing.assert_allclose(np.asarray(out.weights).sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(out.split.weights).sum(axis=1), 1.0, rtol=1e-5)
     # every flow crosses the one live spine at 400G over 800G cables: P100 is the NIC's 1.0
     assert float(out.result.stats[0, 2]) == pytest.approx(1.0, rel=1e-4)
 
@@ -237,9 +237,9 @@ def test_mrc_moves_evs_off_a_hot_path_on_a_fat_tree():
         out = solve_policy_phase(policy, scenario, fabric, flows, (0, 0))
         p100[policy] = float(out.result.stats[0, 2])
         if policy == "mrc":
-            assert out.iterations > 0
+            assert out.adaptation.iterations > 0
         if policy == "optimal":
-            gap = out.residual
+            gap = out.adaptation.residual
     assert p100["mrc"] <= p100["spray"] + 1e-5
     assert p100["optimal"] <= p100["mrc"] + gap + 1e-5
 

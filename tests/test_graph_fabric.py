@@ -19,7 +19,7 @@ from fabricjax.fabric.graph import (
 )
 from fabricjax.fabric.paths import path_set
 from fabricjax.config import FabricConfig
-from fabricjax.solver.maxmin import solve_uniform_phase
+from adapters import solve_uniform_phase
 
 from conftest import assert_close
 

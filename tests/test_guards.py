@@ -74,7 +74,7 @@ def test_optimal_caps_a_flow_that_lost_a_plane():
     for policy in ("spray", "mrc", "optimal"):
         out = solve_policy_phase(policy, scenario, fabric, flows, (0, 0), alive=alive)
         assert out.result.rates[f0] <= 100.0 * (1 + 1e-5), policy
-    assert out.lost_plane
+    assert out.adaptation.lost_plane
 
 
 def _cli(*args, cwd):

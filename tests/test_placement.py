@@ -89,7 +89,7 @@ def test_hashed_spray_p100_is_the_hand_count_and_above_routed():
         flows = cross_permutation(fabric)
         out = solve_policy_phase("spray", scen, fabric, flows, (0, 0))
         p100[placement] = float(out.result.stats[0, 2])
-        expected = hand_count_p100(fabric, flows, out.plane, out.choice)
+        expected = hand_count_p100(fabric, flows, out.split.plane, out.split.choice)
         assert p100[placement] == pytest.approx(expected, rel=1e-5)
     assert p100["routed"] == pytest.approx(1.0, rel=1e-5)
     assert p100["hashed"] > 1.2

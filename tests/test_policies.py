@@ -72,7 +72,7 @@ def test_optimal_le_mrc_le_spray(which, seed, dead):
         assert int(outcome.result.stalled) == 0, policy
         p100[policy] = float(outcome.result.stats[0, 2])
         if policy == "optimal":
-            gap = outcome.residual
+            gap = outcome.adaptation.residual
     if alive.all():
         assert p100["mrc"] <= p100["spray"] + 1e-5, p100
     assert p100["optimal"] <= p100["mrc"] + gap + 1e-5, (p100, gap)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import hashed_slots, path_set, spread_slots
 from fabricjax.core.status import Status, status_names
-from fabricjax.solver.progressive import fct_quantiles, progressive_completion
+from fabricjax.metrics import weighted_quantiles
+from fabricjax.solver.progressive import progressive_completion
 from fabricjax.config import FabricConfig
 from fabricjax.solver.maxmin import (
     GBIT_PER_BYTE, max_min_rates, uniform_live_split,
@@ -60,7 +61,8 @@ def progressive(links, weights, size_bytes, start_s, flow_cap, capacity, **setti
     res = jax.device_get(res)
     assert not np.any(np.isnan(res.finish))
     np.testing.assert_array_equal(res.finish[num_flows:], 0.0)   # padding finishes at once
-    return res._replace(finish=res.finish[:num_flows])
+    np.testing.assert_array_equal(res.duration[num_flows:], 0.0)
+    return res._replace(finish=res.finish[:num_flows], duration=res.duration[:num_flows])
 
 
 def assert_finish_close(actual, expected):
@@ -201,9 +203,7 @@ def test_stalled_flow_is_inf_and_the_others_finish():
     assert res.status & Status.STALLED and "stalled" in status_names(int(res.status))
     assert res.events == 3
     assert_finish_close(res.finish, reference_progressive(*case)[0])
-    fct = fct_quantiles(res.finish, case[3], sizes)
-    assert fct["max"] == np.inf and fct["stalled"] == 2 and fct["flows"] == 4
-    assert fct["p50"] == np.inf            # halfway between 0.4 s and the first inf
+    np.testing.assert_allclose(res.duration, res.finish - case[3], rtol=1e-6)
 
 
 def test_event_limit_extrapolates_finite_finishes():
@@ -296,19 +296,17 @@ def test_arrivals():
     np.testing.assert_allclose(shifted.finish, [2.1], rtol=1e-5)
 
 
-def test_fct_quantiles():
-    finish = np.array([1.0, 2.0, 3.0, 5.0, 9.0])
-    start = np.array([0.0, 1.0, 1.0, 1.0, 0.0])
-    size = np.array([1.0, 1.0, 1.0, 1.0, 0.0])      # the last flow has no bytes: ignored
-    fct = fct_quantiles(finish, start, size)
-    fcts = np.array([1.0, 1.0, 2.0, 4.0])
-    assert fct["p50"] == pytest.approx(np.quantile(fcts, 0.5))
-    assert fct["p99"] == pytest.approx(np.quantile(fcts, 0.99))
-    assert fct["max"] == 4.0 and fct["flows"] == 4 and fct["stalled"] == 0
-    stalled = fct_quantiles([1.0, np.inf, np.inf], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0])
-    assert stalled["max"] == np.inf and stalled["p99"] == np.inf and stalled["stalled"] == 2
-    assert stalled["p50"] == np.inf and not np.isnan(list(stalled.values())).any()
-    assert fct_quantiles([], [], [])["max"] == 0.0
+def test_fct_quantiles_are_inverted_cdf_with_repeat_weights():
+    """The one quantile convention of the reports: inverted CDF, each flow counted once per
+    repeat of its step (numpy's `inverted_cdf` over the repeated values)."""
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        values = rng.exponential(1.0, int(rng.integers(1, 40)))
+        repeats = rng.integers(1, 5, values.size)
+        qs = (0.5, 0.99, 0.1, 1.0)
+        expected = [float(np.quantile(np.repeat(values, repeats), q, method="inverted_cdf"))
+                    for q in qs]
+        assert weighted_quantiles(values, repeats, qs) == pytest.approx(expected)
 
 
 # --------------------------------------------------------------------------- (i) Clos
@@ -359,3 +357,26 @@ def test_clos_wrappers_match_reference(slots):
     expected, _ = reference_progressive(paths.links, given_w, sizes, starts, scaled_cap,
                                         capacity_ext)
     assert_finish_close(res.finish, expected)
+
+
+@pytest.mark.parametrize("offset", [1e-3, 1000.0])
+def test_durations_do_not_depend_on_when_the_phase_runs(offset):
+    """Time is kept per flow, relative to its own arrival, so a phase's durations do not
+    depend on when it runs (an absolute float32 clock at 1000 s resolves only ~60 us; the
+    engine hands the device start times relative to the phase's first start)."""
+    case = single_link([2e-3, 4e-3], 100.0, starts=[0.0, 0.0])
+    base = progressive(*case)
+    late = progressive(*single_link([2e-3, 4e-3], 100.0, starts=[offset, offset]))
+    np.testing.assert_allclose(late.duration, base.duration, rtol=1e-5)
+    # by hand: both at 50 Gbit/s until flow 0's 2 Mbit are through at 40 us, then flow 1
+    # alone at 100 for its last 2 Mbit: 60 us
+    np.testing.assert_allclose(base.duration, [40e-6, 60e-6], rtol=1e-5)
+
+
+def test_a_late_arrival_shares_from_its_own_start():
+    """Flow 1 arrives 10 us after flow 0 (offsets as the engine passes them): flow 0 alone
+    for 10 us (half its bits), then both at 50 Gbit/s until flow 0 ends at 30 us; flow 1 then
+    alone at 100 for its last 3 Mbit, ending 50 us after its own start."""
+    res = progressive(*single_link([2e-3, 4e-3], 100.0, starts=[0.0, 10e-6]))
+    np.testing.assert_allclose(res.duration, [30e-6, 50e-6], rtol=1e-5)
+    np.testing.assert_allclose(res.finish, [30e-6, 60e-6], rtol=1e-5)

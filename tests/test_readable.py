@@ -23,7 +23,7 @@ from fabricjax.report.json import report_dict
 from fabricjax.report.tables import (bottleneck_lines, failure_table, flow_table,
                                      sensitivity_table, sweep_table, time_table, trace_lines)
 from fabricjax.core.status import Status
-from fabricjax.engine.phase import endpoint_bound_time_s, line_rate_time_s
+from fabricjax.engine.timing import endpoint_bound_time_s, line_rate_time_s
 from fabricjax.metrics import progressive_figures
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
@@ -99,10 +99,17 @@ def test_line_rate_and_endpoint_bound_against_a_slow_reference():
         start = rng.integers(0, 4, n) * 1e-4 if case % 2 else None
         nic = rng.uniform(50, 400, gpus)
         flows = Flows(src=src, dst=dst, size=size, start=start)
+        # times run from the phase's first start (of a flow with bytes)
+        if start is not None and np.any(size > 0):
+            start = start - start[size > 0].min()
         line = slow_nic_time(src, size, start, nic)
         assert line_rate_time_s(flows, nic) == pytest.approx(line)
-        assert endpoint_bound_time_s(flows, nic) == pytest.approx(
+        assert endpoint_bound_time_s(flows, nic, 1.0) == pytest.approx(
             max(line, slow_nic_time(dst, size, start, nic)))
+        wire = 1.25      # headers stretch the bytes, not the start times
+        assert endpoint_bound_time_s(flows, nic, wire) == pytest.approx(
+            max(slow_nic_time(src, size * wire, start, nic),
+                slow_nic_time(dst, size * wire, start, nic)))
 
 
 def test_the_fabric_share_is_never_below_one(hot_spots):
@@ -137,7 +144,8 @@ def test_a_given_up_simulation_shows_no_figures_and_says_why():
     report = analyze(scenario)
     (collective,) = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
     outcome = types.SimpleNamespace(slots=1, progressive=Progressive(
-        finish=np.full(collective.phases[0].flows.num_flows, np.inf), events=np.int32(32),
+        finish=np.full(collective.phases[0].flows.num_flows, np.inf),
+        duration=np.full(collective.phases[0].flows.num_flows, np.inf), events=np.int32(32),
         rounds=np.int32(3), status=np.int32(Status.SKIPPED)))
     assert progressive_figures(collective, [outcome], scenario, build(scenario)) == {
         "events": 32, "skipped": True}

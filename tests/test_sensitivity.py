@@ -430,12 +430,12 @@ def test_mrc_outcome_is_evaluated_on_its_returned_evs():
     (collective,) = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))
     flows = collective.phases[0].flows
     outcome = solve_policy_phase("mrc", scenario, fabric, flows, (0, 0))
-    assert outcome.iterations > 0
+    assert outcome.adaptation.iterations > 0
     sens = phase_sensitivity(scenario, fabric, flows, outcome, "mrc")
     np.testing.assert_allclose(sens.p100, outcome.result.stats[0, 2], rtol=1e-6)
     np.testing.assert_allclose(sens.time, outcome.result.phase_time, rtol=1e-6)
-    initial = dataclasses.replace(outcome, choice=initial_slots(
-        get("mrc"), scenario, fabric, flows, (0, 0)).choice)
+    initial = dataclasses.replace(outcome, split=dataclasses.replace(
+        outcome.split, choice=initial_slots(get("mrc"), scenario, fabric, flows, (0, 0)).choice))
     assert phase_sensitivity(scenario, fabric, flows, initial, "mrc").p100 > sens.p100
 
 

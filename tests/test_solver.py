@@ -17,13 +17,12 @@ from fabricjax.engine.phase import offered_demand, run_phase, solve_slots
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import hashed_slots, path_set, spread_slots
 from fabricjax.config import FabricConfig
-from fabricjax.solver.maxmin import (
-    link_load, max_min_rates, solve_uniform_phase, uniform_live_split,
-)
+from fabricjax.engine.timing import wire_factor
+from fabricjax.solver.maxmin import link_load, max_min_rates, uniform_live_split
 from fabricjax.workload.collectives import permutation
 from fabricjax.workload.flows import Flows
 
-from adapters import solve_phase
+from adapters import solve_phase, solve_uniform_phase
 from conftest import TINY_CONFIG, assert_close, scenario_for
 from reference import (
     ecmp_balls_in_bins_exact, ecmp_balls_in_bins_p100, reference_incidence,
@@ -435,13 +434,16 @@ def test_spray_over_all_paths_of_full_bisection_permutation(cfg):
     for f in range(flows.num_flows):     # every spine of every plane exactly once
         pairs = sorted(zip(plane[f].tolist(), spine[f].tolist()))
         assert pairs == [(p, s) for p in range(geom.planes) for s in range(geom.spines)]
+    scenario = scenario_for(cfg)
     res = solve_phase(fabric, path_set(geom, flows.src, flows.dst, plane, spine), flows,
-                      scenario_for(cfg))
+                      scenario)
     assert float(res.stats[0, 2]) <= 1 + 1e-5
     assert float(res.stats[0, 2]) >= 1 - 1e-5          # the host links are exactly full
     assert_close(res.rates, np.full(flows.num_flows, geom.nic_gbps), dtype=np.float32)
     assert int(res.status) == Status.OK and int(res.stalled) == 0
-    assert float(res.phase_time) == pytest.approx(float(res.ideal_time), rel=1e-5)
+    # every flow at line rate: its wire bytes at the NIC rate
+    line = 2**20 * wire_factor(scenario) * 8e-9 / geom.nic_gbps
+    assert float(res.phase_time) == pytest.approx(line, rel=1e-5)
 
 
 def test_oversubscribed_spray_exceeds_one():
@@ -559,7 +561,8 @@ def test_flow_without_live_path_is_stalled_and_nothing_is_nan():
     alive[geom.gpu_up(0, 0)] = False          # GPU 0's only port: flow 0 has no live path
     alive[geom.gpu_up(0, 3)] = False          # flow 3 too, but it has nothing to send
     alive[geom.t0_up(0, 0, 0)] = False        # flow 1 loses one of its two spines only
-    res = solve_phase(fabric, paths, flows, scenario_for(cfg), alive=alive)
+    scenario = scenario_for(cfg)
+    res = solve_phase(fabric, paths, flows, scenario, alive=alive)
     rates = np.asarray(res.rates)
     assert rates[0] == 0.0 and rates[3] == 0.0
     assert rates[1] > 0 and rates[2] > 0
@@ -570,7 +573,7 @@ def test_flow_without_live_path_is_stalled_and_nothing_is_nan():
         assert not np.any(np.isnan(np.asarray(value, dtype=np.float64))), name
     assert np.isfinite(res.phase_time) and res.phase_time > 0
     # the phase time is the slowest flow that does finish
-    bits = 1e6 * 8e-9
+    bits = 1e6 * wire_factor(scenario) * 8e-9
     assert float(res.phase_time) == pytest.approx(bits / rates[1:3].min(), rel=1e-5)
     # flow 1 alone on spine 1 of its T0 gets the whole port; no dead link is reported
     assert rates[1] == pytest.approx(geom.port_gbps, rel=1e-5)

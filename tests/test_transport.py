@@ -67,8 +67,11 @@ def test_one_flow_completes_at_wire_bytes_over_the_rate_plus_its_latency(tmp_pat
     assert record.completion_s == pytest.approx(arrives, rel=1e-5)
     assert record.progressive_s == pytest.approx(arrives, rel=1e-5)
     assert record.fct_max_s == pytest.approx(arrives + 4e-6, rel=1e-5)
-    # the line-rate reference pays the same transport: the fabric adds nothing here
-    assert record.slowdown == pytest.approx(1.0, rel=1e-5)
+    # the line rate is the payload at the NIC rate, no overhead: the slowdown is the
+    # transport's; the endpoint bound pays the same transport, so the fabric adds nothing
+    assert record.line_rate_s == pytest.approx(4 * MIB * 8 / 100e9, rel=1e-9)
+    assert record.slowdown == pytest.approx(arrives / record.line_rate_s, rel=1e-5)
+    assert record.fabric_slowdown == pytest.approx(1.0, rel=1e-5)
 
 
 def test_transport_off_is_the_fluid_model(tmp_path):

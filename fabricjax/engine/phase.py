@@ -337,13 +337,13 @@ class PhaseOutcome:
 GIVEN_SLOTS = Policy(name="given slots")
 
 
-def solve_slots(scenario: Scenario, fabric: AnyFabric, flows: Flows, plane: np.ndarray,
-                choice: np.ndarray, alive: np.ndarray | None = None) -> PhaseOutcome:
+def solve_slots(fabric: AnyFabric, flows: Flows, plane: np.ndarray, choice: np.ndarray,
+                scenario: Scenario, alive: np.ndarray | None = None) -> PhaseResult:
     """One phase split equally over the given slots (no reaction: what oblivious spraying
-    does), through the phase program."""
+    does), through the phase program: its PhaseResult (numpy)."""
     return solve_policy_phase(GIVEN_SLOTS, scenario, fabric, flows, (0, 0), alive=alive,
                               slots=Slots(np.asarray(plane, np.int32),
-                                          np.asarray(choice, np.int32)))
+                                          np.asarray(choice, np.int32))).result
 
 
 def solve_prepared(prepared: PreparedPhase, scenario: Scenario, fabric: AnyFabric,

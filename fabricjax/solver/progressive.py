@@ -191,32 +191,3 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
     return Progressive(finish=start_s + duration, duration=duration, events=events,
                        rounds=jnp.maximum(rounds, extra_rounds),
                        status=status | extra_status | jnp.where(gave_up, SKIPPED, OK))
-
-
-def _quantile_with_inf(sorted_values: np.ndarray, q: float) -> float:
-    """numpy's linear quantile of ascending values that may end in inf: inf - inf would give
-    NaN where both neighbours are inf, and any interpolation towards inf is inf."""
-    pos = q * (sorted_values.size - 1)
-    lo = int(np.floor(pos))
-    hi = min(lo + 1, sorted_values.size - 1)
-    frac = pos - lo
-    if frac == 0 or sorted_values[lo] == sorted_values[hi]:
-        return float(sorted_values[lo])
-    if np.isinf(sorted_values[hi]):
-        return float("inf")
-    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
-
-
-def fct_quantiles(finish, start, size) -> dict:
-    """Flow completion times (FCT = finish - start, seconds) over the flows with bytes, on the
-    host: {"p50", "p99", "max", "flows", "stalled"}. Stalled flows (finish inf) are kept, so
-    any of them makes "max" inf (and the quantiles that reach them); "stalled" counts them.
-    No flow with bytes gives zeros."""
-    finish = np.asarray(finish, dtype=np.float64)
-    start = np.asarray(start, dtype=np.float64)
-    sending = np.asarray(size, dtype=np.float64) > 0
-    fct = np.sort(finish[sending] - start[sending])
-    if fct.size == 0:
-        return {"p50": 0.0, "p99": 0.0, "max": 0.0, "flows": 0, "stalled": 0}
-    return {"p50": _quantile_with_inf(fct, 0.5), "p99": _quantile_with_inf(fct, 0.99),
-            "max": float(fct[-1]), "flows": int(fct.size), "stalled": int(np.isinf(fct).sum())}

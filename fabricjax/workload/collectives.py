@@ -271,14 +271,6 @@ def ring_collective(kind: str, gpus: np.ndarray, size: float, *, order: str,
                       algorithm=algorithm, gpu_ids=gpus)
 
 
-def ring_allreduce(gpus: np.ndarray, size: float, *, order: str, rng: np.random.Generator,
-                   name: str = "all-reduce", servers: Servers | None = None) -> Collective:
-    """Ring all-reduce of `size` bytes: reduce-scatter then all-gather, 2(N-1) steps, each a
-    permutation in which every GPU sends size/N bytes to its ring successor."""
-    return ring_collective("all-reduce", gpus, size, order=order, hierarchical=False, rng=rng,
-                           name=name, servers=servers or Servers(1 << 62, 1 << 62, 0.0))
-
-
 def halving_doubling(gpus: np.ndarray, size: float, *, order: str, rng: np.random.Generator,
                      name: str, servers: Servers) -> Collective:
     """Recursive halving reduce-scatter (step k: rank r exchanges size/2^(k+1) with
