@@ -59,6 +59,7 @@ import networkx as nx
 import numpy as np
 
 from fabricjax.core.errors import ScenarioError, short_repr
+from fabricjax.fabric.spec import bundled_switches
 
 TIER_NAMES = ("host-switch", "switch-up", "switch-down", "switch-host")
 NUM_TIERS = 4
@@ -469,9 +470,10 @@ def fat_tree_graph(gpus: int, radix: int, port_gbps: float, tiers: int = 3,
     ceil(N/h^2)); agg j of a pod has one uplink per T0 of its pod, into core group j of
     ceil(pods/2) cores (``p{plane}/core{j*c+i}``), wired round robin (so (k/2)^2 cores, one
     uplink to each of its group's, at full size N = k^3/4). tiers = 2: ceil(N/h) T0s, each
-    linked once to each of h spines (``p{plane}/spine{s}``); at most k T0s. Cables that land
-    on the same switch pair (trees far below full size) are merged into one edge whose
-    capacity is their sum (attribute ``cables``)."""
+    linked to each of the spines (``p{plane}/spine{s}``); at most k T0s. Below full size a
+    partial last pod, and the spines of two tiers, are as many switches as their ports need
+    in equal bundles (`spec.bundled_switches`). Cables that land on the same switch pair are
+    one edge whose capacity is their sum and whose attribute ``cables`` counts them."""
     if not isinstance(radix, int) or radix < 4 or radix % 2:
         raise ScenarioError("fabric.radix", f"must be an even integer >= 4 (got {radix})")
     if tiers not in (2, 3):
@@ -509,21 +511,26 @@ def fat_tree_graph(gpus: int, radix: int, port_gbps: float, tiers: int = 3,
         for g in range(gpus):
             cable(host_names[g], edges[g // h])
         if tiers == 2:
-            spines = [switch(f"spine{s}", "t1") for s in range(h)]
+            count = bundled_switches(t0s, h, radix)
+            spines = [switch(f"spine{s}", "t1") for s in range(count)]
             for t in range(t0s):
-                for s in range(h):
-                    cable(edges[t], spines[s])
+                for j in range(h):      # uplink j into spine j // bundle
+                    cable(edges[t], spines[j // (h // count)])
             continue
         pods = -(-gpus // h ** 2)
         per_group = -(-pods // 2)
-        aggs = [switch(f"agg{a}", "t1") for a in range(pods * h)]
+        last_aggs = bundled_switches(t0s - (pods - 1) * h, h, h)
+        aggs = [switch(f"agg{a}", "t1") for a in range((pods - 1) * h + last_aggs)]
         cores = [switch(f"core{c}", "t2") for c in range(h * per_group)]
         for t in range(t0s):
             pod = t // h
+            bundle = 1 if pod < pods - 1 else h // last_aggs
             for j in range(h):
-                agg = aggs[pod * h + j]
+                # position j of the pod: its own agg in a full pod, agg j // bundle of a
+                # partial one (which then bundles its T0s' cables)
+                agg = aggs[pod * h + j // bundle]
                 cable(edges[t], agg)
-                # one agg uplink per T0 below it, round robin over core group j by T0 index
+                # one uplink per T0 and position, round robin over core group j by T0 index
                 cable(agg, cores[j * per_group + t % per_group])
     check_graph(graph, "fabric")
     return graph

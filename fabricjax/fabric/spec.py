@@ -11,6 +11,17 @@ from fabricjax.config import MAX_LINK_ID, FabricConfig, t0_count, two_tier_ports
 from fabricjax.core.errors import ScenarioError
 
 
+def bundled_switches(feeders: int, links_each: int, ports_down: int) -> int:
+    """Switches that terminate `feeders` switches' `links_each` uplinks each, as a designer
+    builds them below full size: the fewest whose `ports_down` take every uplink, rounded up
+    to a divisor of `links_each`, so that every feeder reaches every switch with a bundle of
+    links_each / count parallel cables. Equal bundles keep the tier non-blocking (with
+    unequal ones some feeder pairs share fewer cables through a switch than they send into
+    it); at full size the count is `links_each` (bundles of one)."""
+    least = max(1, -(-feeders * links_each // ports_down))
+    return next(n for n in range(least, links_each + 1) if links_each % n == 0)
+
+
 def check_other_fabric(fabric: FabricConfig) -> None:
     """What a fat-tree or graph fabric needs (the graph file itself is checked when read)."""
     if fabric.kind == "graph":
