@@ -21,8 +21,11 @@ Formats:
     such as ``{'capacity': 400}``. Hosts are the nodes whose name starts with `host_prefix`
     (default ``gpu``).
   A host's GPU index is its rank among the hosts sorted by natural name (gpu2 < gpu10).
-  A missing capacity takes `default_gbps`. Parallel cables are rejected in files (give one
-  edge with the summed capacity); `fat_tree_graph` merges its own (attribute ``cables``).
+  A missing capacity takes `default_gbps`. Parallel cables are one edge in files: its
+  capacity is their sum and an optional ``cables`` attribute (GraphML) or dict key (edge
+  list, ``{'capacity': 800, 'cables': 2}``) counts them (default 1); an edge repeated is
+  refused. `fat_tree_graph` bundles its own the same way. A cable is the unit of every
+  count (`graph_summary`, `graph_bom`) and of a ``links:`` failure (see `fabric.failures`).
 
 Errors: anything a user can fix raises `ScenarioError(field, ...)` naming the file field and
 what is allowed: a missing, unreadable or unparseable file; no hosts; a host without links or
@@ -90,7 +93,10 @@ class GraphFabric:
     solver's per-tier statistics need non-empty tiers).
     plane: int16[L] (a switch's ``plane`` attribute, else 0).
     host_switch: int32[N] each GPU's first attachment switch (lowest node id).
-    nic_gbps: float32[N] the sum of a host's link capacities. paths_per_pair: K.
+    nic_gbps: float32[N] the sum of a host's link capacities.
+    cables: int32[L] the parallel cables a link stands for (a bundle: `capacity` is their
+    sum, one failed cable takes 1/cables of it); counts of cables and ports come from it.
+    paths_per_pair: K.
     Index L (`sentinel`) pads paths: infinite capacity, always alive."""
 
     gpus: int
@@ -102,6 +108,7 @@ class GraphFabric:
     plane: np.ndarray
     host_switch: np.ndarray
     nic_gbps: np.ndarray
+    cables: np.ndarray
     paths_per_pair: int
     family: str = "graph"     # "fat-tree": candidate paths are the equal-cost ones only
 
@@ -297,8 +304,24 @@ def _parse_capacity(value, where: str, field: str, default_gbps) -> float:
     return cap
 
 
-def _read_edgelist(path: str, field: str) -> list[tuple[str, str, object, int]]:
-    """(u, v, raw capacity or None, line number) per cable of a text edge list."""
+def _parse_cables(value, where: str, field: str) -> int:
+    """The cable count of a bundle edge: an integer >= 1 (None: one cable)."""
+    if value is None:
+        return 1
+    try:
+        count = int(value)
+        whole = float(value) == count
+    except (TypeError, ValueError, OverflowError):
+        count, whole = 0, False
+    if not whole or not 1 <= count <= MAX_EDGES:
+        raise ScenarioError(field, f"{where} cables {short_repr(value)} is not a cable count; "
+                            f"allowed: an integer 1..{MAX_EDGES:,}")
+    return count
+
+
+def _read_edgelist(path: str, field: str) -> list[tuple[str, str, object, object, int]]:
+    """(u, v, raw capacity or None, raw cable count or None, line number) per edge of a
+    text edge list."""
     edges = []
     with open(path, encoding="utf-8") as handle:
         for number, raw in enumerate(handle, 1):
@@ -310,7 +333,7 @@ def _read_edgelist(path: str, field: str) -> list[tuple[str, str, object, int]]:
                 raise ScenarioError(field, f"line {number}: expected 'u v [capacity_gbps]' "
                                     f"(got {short_repr(line)})")
             u, v = parts[0], parts[1]
-            cap = None
+            cap = cables = None
             if len(parts) == 3:
                 rest = parts[2].strip()
                 if rest.startswith("{"):
@@ -322,12 +345,13 @@ def _read_edgelist(path: str, field: str) -> list[tuple[str, str, object, int]]:
                         raise ScenarioError(field, f"line {number}: expected a dict such as "
                                             f"{{'capacity': 400}} (got {short_repr(rest)})")
                     cap = data.get("capacity")
+                    cables = data.get("cables")
                 elif len(rest.split()) == 1:
                     cap = rest
                 else:
                     raise ScenarioError(field, f"line {number}: expected 'u v [capacity_gbps]'"
                                         f" (got {short_repr(line)})")
-            edges.append((u, v, cap, number))
+            edges.append((u, v, cap, cables, number))
             if len(edges) > MAX_EDGES:
                 raise ScenarioError(field, f"more than {MAX_EDGES:,} edges; allowed: at most "
                                     f"{MAX_EDGES:,}")
@@ -383,6 +407,7 @@ def load_graph(path: str | os.PathLike, fmt: str = "auto", field: str = "fabric.
                 where = f"edge {u} - {v}"
                 _check_pair(u, v, field)
                 cap = _parse_capacity(data.get("capacity"), where, field, default_gbps)
+                cables = _parse_cables(data.get("cables"), where, field)
                 if graph.has_edge(u, v):
                     if raw.is_directed() and graph[u][v]["capacity"] == cap and (u, v) not in \
                             graph[u][v]["seen"]:
@@ -390,22 +415,24 @@ def load_graph(path: str | os.PathLike, fmt: str = "auto", field: str = "fabric.
                         continue
                     raise ScenarioError(field, f"{where} is given twice (with different "
                                         "capacities or as parallel edges); allowed: one edge")
-                graph.add_edge(u, v, capacity=cap, seen={(u, v)})
+                graph.add_edge(u, v, capacity=cap, cables=cables, seen={(u, v)})
             for _, _, data in graph.edges(data=True):
                 del data["seen"]
         else:
-            for u, v, raw_cap, number in _read_edgelist(path, field):
+            for u, v, raw_cap, raw_cables, number in _read_edgelist(path, field):
                 where = f"line {number}: edge {u} - {v}"
                 _check_pair(u, v, field, where)
                 cap = _parse_capacity(raw_cap, where, field, default_gbps)
+                cables = _parse_cables(raw_cables, where, field)
                 if graph.has_edge(u, v):
                     raise ScenarioError(field, f"{where} repeats a cable; allowed: one line per "
-                                        "node pair (sum parallel capacities)")
+                                        "node pair (sum parallel capacities and give "
+                                        "their count as 'cables')")
                 for node in (u, v):
                     if node not in graph:
                         graph.add_node(node, type="host" if node.startswith(host_prefix)
                                        else "switch")
-                graph.add_edge(u, v, capacity=cap)
+                graph.add_edge(u, v, capacity=cap, cables=cables)
     except (OSError, UnicodeDecodeError) as err:
         raise ScenarioError(field, f"cannot read {short_repr(path)} "
                             f"({type(err).__name__})") from None
@@ -432,6 +459,7 @@ def check_graph(graph: nx.Graph, field: str = "fabric.file") -> None:
     for u, v, data in graph.edges(data=True):
         _check_pair(u, v, field)
         _parse_capacity(data.get("capacity"), f"edge {u} - {v}", field, None)
+        _parse_cables(data.get("cables"), f"edge {u} - {v}", field)
     is_host = {n: d.get("type") == "host" for n, d in graph.nodes(data=True)}
     for host in hosts:
         if graph.degree(host) == 0:
@@ -563,10 +591,11 @@ def build_graph_fabric(graph: nx.Graph, paths: int = 8, field: str = "fabric.fil
     node_plane = np.zeros(len(names), np.int64)
     for n in switches:
         node_plane[index[n]] = int(graph.nodes[n].get("plane", 0))
-    edges = list(graph.edges(data="capacity"))
+    edges = list(graph.edges(data=True))
     u = np.fromiter((index[a] for a, _, _ in edges), np.int64, len(edges))
     v = np.fromiter((index[b] for _, b, _ in edges), np.int64, len(edges))
-    cap = np.fromiter((float(c) for _, _, c in edges), np.float64, len(edges))
+    cap = np.fromiter((float(d["capacity"]) for _, _, d in edges), np.float64, len(edges))
+    bundle = np.fromiter((int(d.get("cables", 1)) for _, _, d in edges), np.int64, len(edges))
     n_hosts = len(hosts)
     # orient host cables host -> switch (hosts have ids < N and never meet another host)
     flip = v < u
@@ -580,12 +609,14 @@ def build_graph_fabric(graph: nx.Graph, paths: int = 8, field: str = "fabric.fil
     tier = np.concatenate([np.where(host_edge, 0, np.where(up, 1, 2)),
                            np.where(host_edge, 3, np.where(up, 2, 1))])
     capacity = np.concatenate([cap, cap])
+    cables = np.concatenate([bundle, bundle])
     # within the switch tiers, links are grouped by the levels they join (edge -> agg before
     # agg -> core going up, core -> agg before agg -> edge going down), so that each level
     # pair is one contiguous range for the statistics
     direction = np.where(tier == 2, -1, np.where(tier == 1, 1, 0))
     order = np.lexsort((dst, src, direction * level[dst], direction * level[src], tier))
     src, dst, tier, capacity = src[order], dst[order], tier[order], capacity[order]
+    cables = cables[order]
     switch_end = np.where(src < n_hosts, dst, src)
     start, stop = np.searchsorted(tier, [0, 1])
     first_switch = np.full(n_hosts, np.iinfo(np.int32).max, np.int64)
@@ -597,7 +628,7 @@ def build_graph_fabric(graph: nx.Graph, paths: int = 8, field: str = "fabric.fil
         capacity=capacity.astype(np.float32), tier=tier.astype(np.int8),
         plane=node_plane[switch_end].astype(np.int16),
         host_switch=first_switch.astype(np.int32), nic_gbps=nic.astype(np.float32),
-        paths_per_pair=paths)
+        cables=cables.astype(np.int32), paths_per_pair=paths)
 
 
 def _class_pair_paths(gf: GraphFabric, search: nx.Graph, src_set: Sequence[int],
@@ -685,22 +716,30 @@ def candidate_paths(gf: GraphFabric, src_gpus, dst_gpus, *, max_extra_hops: int 
 # ---------------------------------------------------------------- summaries
 
 def graph_summary(gf: GraphFabric) -> dict:
-    """What `fabricjax topo` prints for a graph fabric: counts, radix range, bandwidths."""
+    """What `fabricjax topo` prints for a graph fabric: counts, radix range, bandwidths.
+    A cable is the unit: `cables`, `host_cables`, `fabric_cables` and the switch ports count
+    every cable of a bundle; `links_directed` and `links_by_tier` count the links the
+    solver sees (a bundle is one link each way), `bundles` the switch pairs joined by more
+    than one cable."""
     bounds = gf.layout_bounds
     sizes = [b - a for a, b in bounds]
+    per_tier = [int(gf.cables[a:b].sum()) for a, b in bounds]
     n_switch = gf.num_nodes - gf.gpus
-    out_degree = np.bincount(gf.link_src, minlength=gf.num_nodes)[gf.gpus:]
+    ports = np.bincount(gf.link_src, weights=gf.cables, minlength=gf.num_nodes)[gf.gpus:]
+    up0, up1 = bounds[1]
     return {
         "gpus": gf.gpus,
         "hosts": gf.gpus,
         "switches": n_switch,
         "links_directed": gf.num_links,
-        "cables": gf.num_links // 2,
+        "cables": per_tier[0] + per_tier[1],
         "links_by_tier": dict(zip(TIER_NAMES, sizes)),
-        "host_cables": sizes[0],
-        "fabric_cables": sizes[1],
-        "switch_radix_min": int(out_degree.min()) if n_switch else 0,
-        "switch_radix_max": int(out_degree.max()) if n_switch else 0,
+        "host_cables": per_tier[0],
+        "fabric_cables": per_tier[1],
+        "bundles": int(np.count_nonzero(gf.cables[up0:up1] > 1)),
+        "bundle_cables_max": int(gf.cables.max()) if gf.num_links else 0,
+        "switch_radix_min": int(ports.min()) if n_switch else 0,
+        "switch_radix_max": int(ports.max()) if n_switch else 0,
         "nic_gbps_min": float(gf.nic_gbps.min()),
         "nic_gbps_max": float(gf.nic_gbps.max()),
         "planes": int(gf.plane.max()) + 1 if gf.num_links else 1,
@@ -709,8 +748,8 @@ def graph_summary(gf: GraphFabric) -> dict:
 
 
 def graph_bom(gf: GraphFabric) -> dict:
-    """Bill-of-materials counts of a graph fabric: switches and cables (undirected links),
-    split into host cables and switch-to-switch cables. Merged parallel cables count once."""
+    """Bill-of-materials counts of a graph fabric: switches and cables, split into host
+    cables and switch-to-switch cables; every cable of a bundle counts."""
     summary = graph_summary(gf)
     return {"gpus": gf.gpus, "switches": summary["switches"], "links": summary["cables"],
             "host_links": summary["host_cables"], "fabric_links": summary["fabric_cables"]}

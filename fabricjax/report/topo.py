@@ -108,4 +108,7 @@ def graph_topo_table(summary: dict, kind: str) -> Table:
                         ("NIC", f"{summary['nic_gbps_max']:g} Gbit/s"),
                         ("paths per GPU pair (K)", str(summary["paths_per_pair"]))):
         table.add_row(name, value)
+    if summary.get("bundles"):
+        table.add_row("bundled switch pairs", f"{summary['bundles']:,} (up to "
+                      f"{summary['bundle_cables_max']} cables; one solver link each)")
     return table
