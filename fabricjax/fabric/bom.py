@@ -356,10 +356,11 @@ def fat_tree_bom(gpus: int, radix: int, port_gbps: float, *, tiers: int = 3, pla
         layer_switch_modules=switch_modules, a=a)
     out["bundles"] = {"t0-t1": uplinks // last_t1s}
     out["below_full_size"] = None if gpus == reach else (
-        f"{gpus:,} of {reach:,} GPUs per plane: the top tier and a partial last pod as "
-        f"many switches as their ports need" + ("" if last_t1s == uplinks else
-                                                f" (its {last_t1s} T1s, {uplinks // last_t1s}"
-                                                f" cables per T0-T1 pair)"))
+        f"{gpus:,} of {reach:,} GPUs per plane: the top tier "
+        + ("" if last_pod == h else "and the partial last pod ")
+        + "as many switches as their ports need"
+        + ("" if last_t1s == uplinks else f" (the last pod's {last_t1s} T1s, "
+                                          f"{uplinks // last_t1s} cables per T0-T1 pair)"))
     return out
 
 

@@ -31,7 +31,8 @@ Errors: anything a user can fix raises `ScenarioError(field, ...)` naming the fi
 what is allowed: a missing, unreadable or unparseable file; no hosts; a host without links or
 linked directly to another host; self loops; parallel edges; a missing, non-numeric,
 non-positive or non-finite capacity; two hosts that cannot reach each other through switches
-(hosts never forward); more than MAX_EDGES cables.
+(hosts never forward); more than MAX_EDGES edges (counted before a GraphML file is
+parsed, and while an edge list is read; a fat tree's in closed form, `spec.fat_tree_edges`).
 
 Paths (`candidate_paths`): hosts never forward, so a path is host -> switch ... switch ->
 host. Hosts with the same set of attachment switches form a class; per distinct (source
@@ -62,11 +63,10 @@ import networkx as nx
 import numpy as np
 
 from fabricjax.core.errors import ScenarioError, short_repr
-from fabricjax.fabric.spec import bundled_switches
+from fabricjax.fabric.spec import MAX_EDGES, bundled_switches, check_fat_tree_size
 
 TIER_NAMES = ("host-switch", "switch-up", "switch-down", "switch-host")
 NUM_TIERS = 4
-MAX_EDGES = 1_000_000
 MAX_FILE_BYTES = 512 * 2 ** 20
 FORMATS = ("auto", "graphml", "edgelist")
 PATH_CACHE_PHASES = 16      # phases whose candidate paths a fabric remembers
@@ -358,7 +358,30 @@ def _read_edgelist(path: str, field: str) -> list[tuple[str, str, object, object
     return edges
 
 
+_EDGE_TAG = re.compile(rb"<(?:\w+:)?edge[\s/>]")
+_SCAN_BYTES = 1 << 24
+
+
+def _check_graphml_edges(path: str, field: str) -> None:
+    """Refuse a GraphML file of more than MAX_EDGES edges before parsing it: its edge tags
+    counted in a streaming byte scan (a parse holds the whole graph in memory first)."""
+    count, data, keep = 0, b"", 64        # a tag starting in the last `keep` bytes may be cut
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(_SCAN_BYTES)
+            data += chunk
+            stop = len(data) if not chunk else max(0, len(data) - keep)
+            count += sum(1 for m in _EDGE_TAG.finditer(data) if m.start() < stop)
+            data = data[stop:]
+            if count > MAX_EDGES:
+                raise ScenarioError(field, f"more than {MAX_EDGES:,} edges; allowed: at most "
+                                    f"{MAX_EDGES:,}")
+            if not chunk:
+                return
+
+
 def _read_graphml(path: str, field: str) -> nx.Graph:
+    _check_graphml_edges(path, field)
     try:
         return nx.read_graphml(path)
     except (ElementTree.ParseError, nx.NetworkXError, KeyError, ValueError, TypeError,
@@ -517,6 +540,7 @@ def fat_tree_graph(gpus: int, radix: int, port_gbps: float, tiers: int = 3,
     if not isinstance(gpus, int) or not 2 <= gpus <= reach:
         raise ScenarioError("fabric.gpus", f"must be an integer in 2..{reach} for {tiers} tiers "
                             f"of radix {radix} (got {gpus})")
+    check_fat_tree_size(gpus, radix, tiers, planes)
     graph = nx.Graph()
     host_names = [f"gpu{g}" for g in range(gpus)]
     graph.add_nodes_from(host_names, type="host")
