@@ -21,7 +21,11 @@ from fabricjax.fabric.failures import (batch_from_components, parse_component, p
 from fabricjax.fabric.graph import build_graph_fabric, fat_tree_graph, graph_bom, graph_summary
 from fabricjax.fabric.graph import load_graph
 from fabricjax.config import FailureKindConfig
+from fabricjax.engine.phase import offered_demand
+from fabricjax.study.analyze import analyze
 from fabricjax.scenario import parse_scenario as _parse
+
+from test_families import phase_of, reference_graph, reference_spray_p100
 
 
 def _reference_counts(gpus: int, radix: int) -> tuple[int, int, int]:
@@ -159,3 +163,33 @@ def test_files_give_bundles(tmp_path):
         with pytest.raises(ScenarioError, match="cables .* is not a cable count; allowed: an "
                                                 "integer 1"):
             load_graph(path, default_gbps=400.0)
+
+
+@pytest.mark.parametrize("name, share", [(BUNDLE, 0.75), (BUNDLE + "#1", 0.75),
+                                         (BUNDLE + "*", 0.0)])
+def test_spray_sees_one_cable_gone(name, share):
+    """Through `analyze`: a failure set with one cable of the 4-cable bundle down gives the
+    spraying P100 of the agg-core links of the networkx reference with that edge at 3/4 of
+    its capacity; the bundle named whole is a dead edge (its traffic moves to the other
+    paths). (The reference's other edges are made wide so that its maximum is the agg-core
+    one.)"""
+    scenario = parse_scenario(FAT_TREE + "policies: [spray]\nseed: 1\n"
+                              f"failures: {{links: ['{name}']}}\n")
+    fabric, flows = phase_of(scenario)
+    graph = reference_graph(scenario)
+    for u, v, data in graph.edges(data=True):
+        if not ("agg" in u + v and "core" in u + v):
+            data["capacity"] *= 1e6
+    demand = offered_demand(flows, fabric.gpu_nic_gbps, fabric.gpus).astype(np.float64)
+    a, b = BUNDLE.split("->")
+    intact = reference_spray_p100(graph, fabric, flows, set(), set(), demand)
+    dead = set()
+    if share == 0.0:
+        dead = {frozenset((a, b))}
+    else:
+        graph[a][b]["capacity"] *= share
+    expected = reference_spray_p100(graph, fabric, flows, dead, set(), demand)
+    assert expected > intact            # the failed cable is what sets the P100
+    (record,) = analyze(scenario).failures.records
+    tiers = record["p100_by_tier"]
+    assert max(tiers["agg-core"], tiers["core-agg"]) == pytest.approx(expected, rel=1e-5)
