@@ -18,8 +18,9 @@ from fabricjax.fabric.bom import fat_tree_bom
 from fabricjax.fabric.build import build
 from fabricjax.fabric.failures import (batch_from_components, parse_component, population,
                                        sample_failures)
-from fabricjax.fabric.graph import build_graph_fabric, fat_tree_graph, graph_bom, graph_summary
-from fabricjax.fabric.graph import load_graph
+from fabricjax.fabric.fattree import fat_tree_graph
+from fabricjax.fabric.graph import build_graph_fabric, graph_bom, graph_summary
+from fabricjax.fabric.graphfile import load_graph
 from fabricjax.config import FailureKindConfig
 from fabricjax.engine.phase import offered_demand
 from fabricjax.study.analyze import analyze

@@ -14,15 +14,17 @@ from test_cli import assert_one_line_error, fabricjax
 
 from fabricjax.config import FabricConfig
 from fabricjax.core.errors import ScenarioError
-from fabricjax.fabric import graph as graph_module
+from fabricjax.fabric import build as build_module
+from fabricjax.fabric import fattree as fattree_module
+from fabricjax.fabric import graphfile as graphfile_module
 from fabricjax.fabric.clos import fabric_summary
-from fabricjax.fabric.graph import fat_tree_graph, load_graph
+from fabricjax.fabric.fattree import fat_tree_graph
+from fabricjax.fabric.graphfile import load_graph
 from fabricjax.fabric.spec import MAX_EDGES, fat_tree_edges
 from fabricjax.report.topo import topo_table
 from fabricjax.scenario import parse_scenario
 
 DATA = Path(__file__).parent / "data" / "graphs"
-graph_module_fat_tree_graph = fat_tree_graph     # the real one, kept before any patching
 
 SIXTEEN_K = ("fabric: {gpus: 16384, planes: 4, port_gbps: 200G, radix: 512, "
              "oversubscription: 3}\n"
@@ -79,9 +81,9 @@ def _refuse(*_, **__):
 def test_ten_million_gpu_fat_tree_is_refused_before_building(monkeypatch):
     """The refusal comes from the closed form: building a networkx graph, or any fat tree,
     fails this test. The message names the field and how many GPUs would fit."""
-    monkeypatch.setattr(graph_module.nx, "Graph", _refuse)
-    monkeypatch.setattr(graph_module, "fat_tree_graph", _refuse)
-    monkeypatch.setattr(graph_module, "build_graph_fabric", _refuse)
+    monkeypatch.setattr(fattree_module.nx, "Graph", _refuse)
+    monkeypatch.setattr(build_module, "fat_tree_graph", _refuse)
+    monkeypatch.setattr(build_module, "build_graph_fabric", _refuse)
     with pytest.raises(ScenarioError) as info:
         parse_scenario({"fabric": TEN_MILLION,
                         "workload": [{"collective": "permutation", "size": "1MiB"}]})
@@ -93,7 +95,7 @@ def test_ten_million_gpu_fat_tree_is_refused_before_building(monkeypatch):
     assert fat_tree_edges(fit, 512) <= MAX_EDGES < fat_tree_edges(fit + 1, 512)
     # the direct builder refuses the same way, before its first node
     with pytest.raises(ScenarioError, match="edges; allowed: at most"):
-        graph_module_fat_tree_graph(10_000_000, 512, 100.0)
+        fat_tree_graph(10_000_000, 512, 100.0)
 
 
 def test_oversized_fat_tree_from_the_command_line(tmp_path):
@@ -112,15 +114,15 @@ def test_graphml_edges_counted_before_parsing(tmp_path, monkeypatch):
     text = (DATA / "leaf_spine.graphml").read_text()
     path = tmp_path / "g.graphml"
     path.write_text(text)
-    monkeypatch.setattr(graph_module.nx, "read_graphml", _refuse)
-    monkeypatch.setattr(graph_module, "MAX_EDGES", 7)
+    monkeypatch.setattr(graphfile_module.nx, "read_graphml", _refuse)
+    monkeypatch.setattr(graphfile_module, "MAX_EDGES", 7)
     with pytest.raises(ScenarioError, match="more than 7 edges"):
         load_graph(path)
     for size in (1, 5, 7, 64, 1 << 20):
-        monkeypatch.setattr(graph_module, "_SCAN_BYTES", size)
-        monkeypatch.setattr(graph_module, "MAX_EDGES", 7)
+        monkeypatch.setattr(graphfile_module, "_SCAN_BYTES", size)
+        monkeypatch.setattr(graphfile_module, "MAX_EDGES", 7)
         with pytest.raises(ScenarioError, match="more than 7 edges"):
             load_graph(path)
-        monkeypatch.setattr(graph_module, "MAX_EDGES", 8)
+        monkeypatch.setattr(graphfile_module, "MAX_EDGES", 8)
         with pytest.raises(AssertionError, match="built a graph"):   # 8 edges: parsed
             load_graph(path)
