@@ -50,12 +50,14 @@ def test_topo_table_rows_as_built():
     cfg = FabricConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3)
     console.print(topo_table(fabric_summary(cfg)))
     text = " ".join(console.export_text().split())
-    assert "16 per plane, 64 total as built, bundles of 8 cables per T0" in text
+    assert "│ T1 switches │ 16 per plane, 64 total (as built) │" in text
+    assert "│ T0-T1 cables per pair │ 8 (analysed: 128 T1s per plane, 1 cable each) │" in text
     assert "│ switches │ 236 │" in text
     full = Console(width=200, record=True)
     full.print(topo_table(fabric_summary(FabricConfig(gpus=131_072, planes=8, radix=512))))
     text = " ".join(full.export_text().split())
     assert "256 per plane, 2,048 total │" in text and "│ switches │ 6,144 │" in text
+    assert "cables per pair" not in text
 
 
 # --------------------------------------------------------------------------- refusals

@@ -17,9 +17,11 @@ def topo_table(summary: dict) -> Table:
     planes, t0s, up = summary["planes"], summary["t0_per_plane"], summary["t0_up_ports"]
     spines = bundled_switches(t0s, up, summary["radix"])
     t1_row = f"{spines:,} per plane, {planes * spines:,} total"
+    bundle_row = []
     if spines < summary["t1_per_plane"]:
-        t1_row += (f" as built, bundles of {up // spines} cables per T0; analysed as "
-                   f"{summary['t1_per_plane']:,} per plane, one per uplink")
+        t1_row += " (as built)"
+        bundle_row = [("T0-T1 cables per pair", f"{up // spines} (analysed: "
+                       f"{summary['t1_per_plane']:,} T1s per plane, 1 cable each)")]
     table = Table(title="Fabric", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -31,6 +33,7 @@ def topo_table(summary: dict) -> Table:
         ("T0 ports down : up", f"{summary['t0_down_ports']} : {summary['t0_up_ports']}"),
         ("T0 switches", f"{summary['t0_per_plane']:,} per plane, {summary['switches_t0']:,} total"),
         ("T1 switches", t1_row),
+        *bundle_row,
         ("switches", f"{summary['switches_t0'] + planes * spines:,}"),
         ("links (directed)", f"{summary['links_directed']:,}"),
         ("cables (host + fabric)",
