@@ -30,24 +30,40 @@ STARGATE = FabricConfig(gpus=131_072, planes=8, port_gbps=100.0, radix=512)
 
 @pytest.mark.parametrize("cfg", TWO_TIER_CONFIGS, ids=lambda c: f"{c.gpus}g{c.planes}p")
 def test_two_tier_counts_match_built_fabric(cfg):
+    """The analysed fabric has one logical spine per T0 uplink; built, logical spine s sits
+    in physical spine s // bundle. Counted from the link arrays after that grouping."""
     fabric = build_fabric(cfg)
     g = clos_geometry(cfg)
     b = bom(cfg)
     P = cfg.planes
-    assert b["switches"] == P * (g.t0s + g.spines)
-    assert b["switches_by_tier"] == {"t0": P * g.t0s, "t1": P * g.spines}
+    bundle = b["bundles"]["t0-t1"]
+    assert g.spines % bundle == 0
+    physical = {}       # node id -> the switch it is part of as built
+    for node in range(cfg.gpus, g.num_nodes):
+        local = node - cfg.gpus - P * g.t0s
+        if local < 0:
+            physical[node] = ("t0", node)
+        else:
+            plane, spine = divmod(local, g.spines)
+            physical[node] = ("t1", plane, spine // bundle)
+    used = {physical[int(s)] for s in fabric.link_src if int(s) in physical}
+    assert b["switches"] == len(used)
+    assert b["switches_by_tier"] == {t: sum(1 for u in used if u[0] == t) for t in ("t0", "t1")}
     # links (both directions of a cable) and switch ports, counted from the link arrays
     tiers = Counter(fabric.tier.tolist())
     assert b["links_by_layer"] == {"host-t0": tiers[0], "t0-t1": tiers[1]}
     assert tiers[0] == tiers[3] and tiers[1] == tiers[2]
-    switch_nodes = set(range(cfg.gpus, g.num_nodes))
-    t0_nodes = set(range(cfg.gpus, cfg.gpus + P * g.t0s))
-    assert b["switches"] == len(switch_nodes & set(fabric.link_src.tolist()))
-    out_ports = Counter(int(s) for s in fabric.link_src if s in switch_nodes)
-    t0_ports = sum(n for node, n in out_ports.items() if node in t0_nodes)
-    assert b["switch_ports_used"] == {"t0": t0_ports, "t1": sum(out_ports.values()) - t0_ports}
+    out_ports = Counter(physical[int(s)] for s in fabric.link_src if int(s) in physical)
+    assert b["switch_ports_used"] == {t: sum(n for u, n in out_ports.items() if u[0] == t)
+                                      for t in ("t0", "t1")}
     assert max(out_ports.values()) <= cfg.radix
+    # every T0 reaches every physical spine of its plane by the same number of cables
+    ups = Counter((int(s), physical[int(d)]) for s, d, t in
+                  zip(fabric.link_src, fabric.link_dst, fabric.tier) if t == 1)
+    assert set(ups.values()) == {bundle}
+    assert len(ups) == P * g.t0s * b["switches_per_plane"]["t1"]
     assert b["gpus_reached"] == cfg.radix * g.gpus_per_t0
+    assert (b["below_full_size"] is None) == (g.t0s == cfg.radix)
 
 
 def test_two_tier_modules_round_up_per_switch():
@@ -113,18 +129,23 @@ def _oversubscribed_fat_tree(gpus: int, k: int, down: int, up: int) -> nx.MultiG
     graph = nx.MultiGraph()
     t0s = math.ceil(gpus / down)
     pods = math.ceil(t0s / h)
+    last_pod = t0s - (pods - 1) * h
+    # a partial last pod: the fewest T1s whose h down ports take its T0s' uplinks, rounded
+    # up to a divisor of `up` (equal bundles), found by trying every count
+    last_t1s = min(n for n in range(1, up + 1) if up % n == 0 and last_pod * up <= n * h)
+
+    def t1(t0: int, j: int) -> tuple:
+        pod = t0 // h
+        return ("t1", pod, j if pod < pods - 1 else j // (up // last_t1s))
+
     for gpu in range(gpus):
         graph.add_edge(("gpu", gpu), ("t0", gpu // down), layer="host-t0")
     for t0 in range(t0s):
         for j in range(up):
-            graph.add_edge(("t0", t0), ("t1", t0 // h, j), layer="t0-t1")
-    for pod in range(pods):
-        for j in range(up):
-            graph.add_node(("t1", pod, j))
+            graph.add_edge(("t0", t0), t1(t0, j), layer="t0-t1")
     for j in range(up):
         for t0 in range(t0s):
-            graph.add_edge(("t1", t0 // h, j), ("t2", j, t0 % math.ceil(pods / 2)),
-                           layer="t1-t2")
+            graph.add_edge(t1(t0, j), ("t2", j, t0 % math.ceil(pods / 2)), layer="t1-t2")
     return graph
 
 
@@ -366,3 +387,78 @@ def test_baseline_is_what_a_designer_would_build():
     near = baseline_designs(FabricConfig(gpus=512, planes=8, port_gbps=100.0, radix=80,
                                          oversubscription=3))
     assert near.designs[0]["t0_down_up"] == [8, 2] and "4:1" in near.note
+
+
+# --------------------------------------------------------------------------- below full size
+
+@pytest.mark.parametrize("cfg, t0s, spines, bundle", [
+    # 4 x 200G, 512 ports at 3:1: 384 down, 128 up; 43 T0s need ceil(43*128/512) = 11
+    # spines' ports, and 16 is the fewest that divide 128: bundles of 8
+    (FabricConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3),
+     43, 16, 8),
+    # 8 x 100G, 64 ports at 1:1: 32 T0s of 32 GPUs, 32*32/64 = 16 spines, bundles of 2
+    (FabricConfig(gpus=1024, planes=8, port_gbps=100.0, radix=64), 32, 16, 2),
+    # 2 x 400G, 64 ports: 19 T0s (the last with 24 GPUs), ceil(19*32/64) = 10 -> 16
+    (FabricConfig(gpus=600, planes=2, port_gbps=400.0, radix=64), 19, 16, 2),
+], ids=["16k-3to1", "1k", "600"])
+def test_two_tier_below_full_size_against_hand_counts(cfg, t0s, spines, bundle):
+    b = bom(cfg)
+    P, (down, up) = cfg.planes, b["t0_down_up"]
+    assert b["switches_per_plane"] == {"t0": t0s, "t1": spines}
+    assert b["bundles"] == {"t0-t1": bundle} and spines * bundle == up
+    assert b["switches"] == P * (t0s + spines)
+    assert b["links_by_layer"] == {"host-t0": P * cfg.gpus, "t0-t1": P * t0s * up}
+    assert b["switch_ports_used"] == {"t0": P * (cfg.gpus + t0s * up), "t1": P * t0s * up}
+    assert b["switch_ports_total"] == b["switches"] * cfg.radix
+    ppm = min(8, int(800 // cfg.port_gbps))
+    last = cfg.gpus - (t0s - 1) * down
+    t0_modules = (t0s - 1) * math.ceil(down / ppm) + math.ceil(last / ppm) \
+        + t0s * math.ceil(up / ppm)
+    t1_modules = spines * math.ceil(t0s * bundle / ppm)
+    nic_modules = cfg.gpus * math.ceil(P / ppm)
+    assert b["modules"] == nic_modules + P * (t0_modules + t1_modules)
+    watts_switch = 2000.0 * cfg.radix * cfg.port_gbps / 51_200
+    assert b["watts_switches"] == b["switches"] * watts_switch
+    assert b["watts"] == b["watts_switches"] + b["modules"] * 16.0
+    assert f"{t0s} of {cfg.radix} T0s" in b["below_full_size"]
+
+
+def test_sixteen_thousand_gpus_at_three_to_one():
+    """16,384 GPUs on 4 x 200G planes at 3:1: 236 switches as built (not 684), against the
+    three-tier single-plane tree: no longer twice the switches."""
+    cfg = FabricConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3)
+    b = bom(cfg)
+    assert b["switches"] == 4 * (43 + 16) == 236
+    assert b["modules"] == 16_384 + 4 * (42 * 96 + 64) + 4 * (43 * 32 + 16 * 86) == 43_776
+    (single,) = baseline_designs(cfg).designs
+    # 1 x 800G of 128 ports at 3:1 (96:32): 171 T0s, 3 pods (the last of 43 T0s: 22 T1s'
+    # ports, rounded up to 32), 32 core groups of 2
+    assert single["switches_per_plane"] == {"t0": 171, "t1": 96, "t2": 64}
+    ratio = (b["switches"] / b["gpus"]) / (single["switches"] / single["gpus"])
+    assert ratio == pytest.approx(236 / 331)
+
+
+def test_full_size_unchanged():
+    """131,072 GPUs on 8 x 100G planes of 512 ports fill every spine: nothing bundles."""
+    b = bom(STARGATE)
+    assert b["bundles"] == {"t0-t1": 1} and b["below_full_size"] is None
+    assert b["switches_per_plane"] == {"t0": 512, "t1": 256} and b["switches"] == 6144
+    assert b["links"] == 8 * (131_072 + 512 * 256)
+    assert b["modules"] == 4 * 131_072 and b["watts"] == 6144 * 2000.0 + 4 * 131_072 * 16.0
+    tree = fat_tree_bom(fat_tree_reach(64, 3), 64, 800.0, tiers=3)
+    assert tree["below_full_size"] is None and tree["bundles"] == {"t0-t1": 1}
+
+
+def test_single_plane_baseline_bundles_by_the_same_rule():
+    # 1,000 GPUs, 2 x 400G on 128 ports: 16 T0s, 8 spines in bundles of 8; the baseline,
+    # 1 x 800G on 64 ports, has 32 T0s and 16 spines in bundles of 2
+    cfg = FabricConfig(gpus=1000, planes=2, port_gbps=400.0, radix=128)
+    assert bom(cfg)["switches_per_plane"] == {"t0": 16, "t1": 8}
+    (single,) = baseline_designs(cfg).designs
+    assert single["tiers"] == 2 and single["switches_per_plane"] == {"t0": 32, "t1": 16}
+    assert single["bundles"] == {"t0-t1": 2}
+    # a three-tier tree's partial last pod: 40 GPUs on radix 8 are 10 T0s in pods of 4,
+    # 4, 2; the last pod's 2 T0s x 4 uplinks fill 2 T1s of 4 down ports (bundles of 2)
+    tree = fat_tree_bom(40, 8, 800.0, tiers=3)
+    assert tree["switches_per_plane"] == {"t0": 10, "t1": 4 + 4 + 2, "t2": 4 * 2}
+    assert tree["bundles"] == {"t0-t1": 2} and "40 of 128 GPUs" in tree["below_full_size"]

@@ -20,7 +20,8 @@ from fabricjax.core.errors import ScenarioError
 from fabricjax.engine.phase import offered_demand, slot_links_host, solve_policy_phase
 from fabricjax.fabric.build import build
 from fabricjax.fabric.failures import alive_mask_host, sample_failures
-from fabricjax.fabric.graph import fat_tree_graph, load_graph
+from fabricjax.fabric.fattree import fat_tree_graph
+from fabricjax.fabric.graphfile import load_graph
 from fabricjax.scenario import load_scenario, parse_scenario
 from fabricjax.study.analyze import analyze
 from fabricjax.workload.build import build_workload

@@ -10,13 +10,14 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fabricjax.fabric import graph as gfm
+from fabricjax.fabric import graphfile as gfm
 from fabricjax.fabric.bom import fat_tree_bom
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.clos import build_fabric
-from fabricjax.fabric.graph import (
-    build_graph_fabric, candidate_paths, fat_tree_graph, graph_bom, graph_summary, load_graph,
-)
+from fabricjax.fabric.fattree import fat_tree_graph
+from fabricjax.fabric.graph import build_graph_fabric, graph_bom, graph_summary
+from fabricjax.fabric.graphfile import load_graph
+from fabricjax.fabric.ksp import candidate_paths
 from fabricjax.fabric.paths import path_set
 from fabricjax.config import FabricConfig
 from adapters import solve_uniform_phase

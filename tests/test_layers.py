@@ -38,7 +38,8 @@ LAYERS = {
 ORDER = {
     "fabricjax.core": ["version", "errors", "status", "registry", "units", "output", "stream",
                        "devices"],
-    "fabricjax.fabric": ["spec", "clos", "graph", "paths", "build", "failures", "bom"],
+    "fabricjax.fabric": ["spec", "clos", "graphfile", "fattree", "ksp", "graph", "paths", "build",
+                         "failures", "bom"],
     "fabricjax.workload": ["flows", "traffic", "et", "collectives", "training", "chakra",
                            "build"],
     "fabricjax.solver": ["maxmin", "incidence", "progressive", "aggregate", "gradients"],

@@ -38,7 +38,9 @@ Defaults (approximate, mid-2020s; public datasheets and trade press, override fo
 - `copper_watts_per_end` = 0 W (passive DAC; an AEC draws ~5-12 W per end at 800G).
 
 Closed forms (per plane, h = k/2): two-tier Clos with D = down, U = up ports per T0:
-T0s = ceil(N / D), spines = U, links N + T0s * U, reach k * D (k^2/2 at 1:1). Fat tree of L
+T0s = ceil(N / D), spines S = U at full size (T0s = k), else the fewest whose ports take the
+T0s' uplinks, rounded up to a divisor of U (`bundled_switches`: each T0 reaches each spine
+by a bundle of U / S cables), links N + T0s * U, reach k * D (k^2/2 at 1:1). Fat tree of L
 tiers at 1:1: reach 2 h^L (k^3/4 for L=3), switches (2L-1) h^(L-1) at full size
 (5k^2/4 for L=3: k^2/2 T0s, k^2/2 T1s, k^2/4 cores), N links per layer, 2L modules per GPU
 at >= 800G ports. Hence at full bisection, per GPU and with the same ASIC
@@ -59,6 +61,7 @@ from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.build import build_graph
 from fabricjax.fabric.clos import clos_geometry
 from fabricjax.fabric.graph import graph_bom
+from fabricjax.fabric.spec import bundled_switches
 
 # 51.2 Tbit/s: the switch ASIC generation of both sides of the published comparison.
 REFERENCE_SWITCH_GBPS = 51_200.0
@@ -239,30 +242,43 @@ def bom(fabric_cfg: FabricConfig, *, tiers: int | None = None,
     speed and T0 oversubscription (tiers >= 3).
 
     Two tiers, per plane (N GPUs, D down and U up ports per T0): T0s T = ceil(N/D), spines
-    S = U, each T0 linked once to every spine; links N (host-t0) + T*S (t0-t1); switch ports
-    used N + 2*T*S. Every count is multiplied by the planes P. NIC modules: N * ceil(P /
-    ports_per_module)."""
+    as built S = `bundled_switches(T, U, radix)` (U at full size), each T0 linked to every
+    spine by U/S parallel cables; links N (host-t0) + T*U (t0-t1); switch ports used
+    N + 2*T*U. Every count is multiplied by the planes P. NIC modules: N * ceil(P /
+    ports_per_module). `bundles` gives the cables per T0-spine pair; `below_full_size` says
+    how a fabric of fewer than radix T0s per plane is built (None at full size).
+
+    The analysed fabric (`clos.build_fabric`) keeps one logical spine per T0 uplink: the same
+    cables and capacity per T0, so loads and link failures read the same; a failed physical
+    spine takes U/S of every T0's uplinks where a logical one takes one."""
     a = assumptions(overrides)
     if tiers is not None and tiers != 2:
         return fat_tree_bom(fabric_cfg.gpus, fabric_cfg.radix, fabric_cfg.port_gbps,
                             tiers=tiers, planes=fabric_cfg.planes,
                             oversubscription=fabric_cfg.oversubscription, overrides=a)
     g = clos_geometry(fabric_cfg)
-    N, P, D, T, S = g.gpus, g.planes, g.gpus_per_t0, g.t0s, g.spines
+    N, P, D, T, U = g.gpus, g.planes, g.gpus_per_t0, g.t0s, g.spines
+    S = bundled_switches(T, U, g.radix)          # spines as built
     ppm = a.ports_per_module(g.port_gbps)
     last = N - (T - 1) * D                       # GPUs under the last (maybe partial) T0
     t0_down = _switch_modules([(T - 1, D), (1, last)], ppm)
-    return _assemble(
-        design=f"two-tier {P}-plane Clos" + _ratio_name(D, S), gpus=N,
+    out = _assemble(
+        design=f"two-tier {P}-plane Clos" + _ratio_name(D, U), gpus=N,
         gpus_reached=g.radix * D, planes=P, port_gbps=g.port_gbps, radix=g.radix,
-        t0_ports=(D, S),
+        t0_ports=(D, U),
         tier_switches={"t0": P * T, "t1": P * S},
-        tier_ports={"t0": P * (N + T * S), "t1": P * T * S},
-        layer_links={"host-t0": P * N, "t0-t1": P * T * S},
+        tier_ports={"t0": P * (N + T * U), "t1": P * T * U},
+        layer_links={"host-t0": P * N, "t0-t1": P * T * U},
         nic_modules=N * _ceil_div(P, ppm),
         layer_switch_modules={"host-t0": P * t0_down,
-                              "t0-t1": P * _switch_modules([(T, S), (S, T)], ppm)},
+                              "t0-t1": P * _switch_modules([(T, U), (S, T * U // S)], ppm)},
         a=a)
+    out["bundles"] = {"t0-t1": U // S}
+    out["below_full_size"] = None if T == g.radix else (
+        f"{T} of {g.radix} T0s per plane: {S} T1s per plane (ceil({T} x {U} / {g.radix})"
+        f" = {_ceil_div(T * U, g.radix)} for their ports, rounded up to divide {U} uplinks "
+        f"evenly), {U // S} cable{'s' if U // S > 1 else ''} per T0-T1 pair")
+    return out
 
 
 def fat_tree_reach(radix: int, tiers: int, oversubscription: float = 1.0) -> int:
@@ -282,7 +298,9 @@ def fat_tree_bom(gpus: int, radix: int, port_gbps: float, *, tiers: int = 3, pla
 
     Per plane, h = k/2: every switch above T0 and below the top has h ports down and h up. A
     tier-i block (1 <= i <= L-2) serves h^i T0s with u h^(i-1) switches (a pod: h T0s, each
-    linked once to each of its u T1s); T0s = ceil(G/d), tier i = ceil(T0s / h^i) blocks.
+    linked once to each of its u T1s); T0s = ceil(G/d), tier i = ceil(T0s / h^i) blocks. A
+    partial last pod of t T0s has `bundled_switches(t, u, h)` T1s, each T0 joined to each
+    by a bundle of equal cables (T1 m of it taking the uplinks of positions m*b..m*b+b-1).
     The top tier has u h^(L-3) groups (one per switch position in a tier L-2 block), each of
     ceil(B/2) switches for B = ceil(T0s / h^(L-2)) blocks, since a group takes h links from
     each block and a top switch has k down. Full size at 1:1 (G = 2 h^L = k^3/4 at L=3): top
@@ -309,8 +327,11 @@ def fat_tree_bom(gpus: int, radix: int, port_gbps: float, *, tiers: int = 3, pla
                             f"more tiers, a higher radix or more planes")
     h = radix // 2
     t0s = _ceil_div(gpus, down)
-    counts = [t0s] + [_ceil_div(t0s, h ** i) * uplinks * h ** (i - 1)
-                      for i in range(1, tiers - 1)]
+    pods, last_pod = _ceil_div(t0s, h), t0s - (_ceil_div(t0s, h) - 1) * h
+    # a partial last pod gets the T1s its T0s' uplinks need, in equal bundles
+    last_t1s = bundled_switches(last_pod, uplinks, h)
+    counts = [t0s, (pods - 1) * uplinks + last_t1s]
+    counts += [_ceil_div(t0s, h ** i) * uplinks * h ** (i - 1) for i in range(2, tiers - 1)]
     counts.append(uplinks * h ** (tiers - 3) * _ceil_div(_ceil_div(t0s, h ** (tiers - 2)), 2))
     names = [f"t{i}" for i in range(tiers)]
     layers = ["host-t0"] + [f"t{i}-t{i + 1}" for i in range(tiers - 1)]
@@ -324,7 +345,7 @@ def fat_tree_bom(gpus: int, radix: int, port_gbps: float, *, tiers: int = 3, pla
     ports = {"t0": planes * (gpus + up)}
     ports.update({name: planes * 2 * up for name in names[1:-1]})
     ports[names[-1]] = planes * up
-    return _assemble(
+    out = _assemble(
         design=f"{tiers}-tier {planes}-plane fat tree" + _ratio_name(down, uplinks),
         gpus=gpus, gpus_reached=reach, planes=planes, port_gbps=port_gbps, radix=radix,
         t0_ports=(down, uplinks),
@@ -333,6 +354,14 @@ def fat_tree_bom(gpus: int, radix: int, port_gbps: float, *, tiers: int = 3, pla
         layer_links={"host-t0": planes * gpus, **{layer: planes * up for layer in layers[1:]}},
         nic_modules=gpus * _ceil_div(planes, ppm),
         layer_switch_modules=switch_modules, a=a)
+    out["bundles"] = {"t0-t1": uplinks // last_t1s}
+    out["below_full_size"] = None if gpus == reach else (
+        f"{gpus:,} of {reach:,} GPUs per plane: the top tier "
+        + ("" if last_pod == h else "and the partial last pod ")
+        + "as many switches as their ports need"
+        + ("" if last_t1s == uplinks else f" (the last pod's {last_t1s} T1s, "
+                                          f"{uplinks // last_t1s} cables per T0-T1 pair)"))
+    return out
 
 
 def three_tier_fat_tree_bom(gpus: int, radix: int, port_gbps: float, planes: int = 1, *,

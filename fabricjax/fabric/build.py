@@ -14,8 +14,9 @@ from pathlib import Path
 from fabricjax.config import Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.clos import Fabric, build_fabric, fabric_summary
-from fabricjax.fabric.graph import (GraphFabric, build_graph_fabric, fat_tree_graph,
-                                    graph_summary, load_graph)
+from fabricjax.fabric.fattree import fat_tree_graph
+from fabricjax.fabric.graph import GraphFabric, build_graph_fabric, graph_summary
+from fabricjax.fabric.graphfile import load_graph
 
 AnyFabric = Fabric | GraphFabric
 

@@ -13,6 +13,12 @@ Contract:
     `plane2/t1-4`, `plane5`) and `GraphComponents` (fat trees and graph files: a cable is
     ``a->b`` in either direction, a switch its node name, a NIC port ``gpu3->p0/edge0``, or
     ``gpu3`` / ``plane0/gpu3`` when that names one port, a plane ``plane<p>``).
+  * A cable is the unit. Where switches a and b are joined by a bundle of c parallel cables
+    (one solver link each way, `GraphFabric.cables`), ``a->b`` names one of its cables
+    (``a->b#0``), ``a->b#i`` cable i (0..c-1) and ``a->b*`` the whole bundle; a failed cable
+    takes 1/c of the bundle's capacity (a degraded one (1 - factor)/c), a bundle whose every
+    cable failed is dead. Random draws are over cables, so a bundle of 8 is 8 times as
+    likely to lose one as a single cable.
   * The id lists are padded to power-of-two lengths, so a new failure set of the same size
     reuses the compiled code (`engine.batch` applies them).
 """
@@ -40,16 +46,19 @@ _CABLE_DOWN = re.compile(r"^plane(\d+)/t1-(\d+)/down(\d+)$")
 _PORT = re.compile(r"^plane(\d+)/gpu(\d+)(?:/(up|down))?$")
 _SWITCH = re.compile(r"^plane(\d+)/(t0|t1)-(\d+)$")
 _PLANE = re.compile(r"^plane(\d+)$")
+_BUNDLE_PART = re.compile(r"^(.+?)(?:#(\d+)|(\*))$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Component:
-    """One failed component: its readable name, the directed links it kills (or degrades)
-    and the switch node ids it kills."""
+    """One failed component: its readable name, the directed links it kills (or degrades),
+    the switch node ids it kills, and the share of each link's capacity it takes (1: all of
+    it; 1/c: one cable of a bundle of c)."""
 
     name: str
     links: tuple[int, ...] = ()
     nodes: tuple[int, ...] = ()
+    fraction: float = 1.0
 
 
 # --------------------------------------------------------------------------- the Clos
@@ -241,6 +250,8 @@ class GraphComponents:
         self.f = fabric
         (up0, up1), (host0, host1) = fabric.layout_bounds[1], fabric.layout_bounds[0]
         self._up = np.arange(up0, up1)
+        # cable i of the switch cables is cable i - start[b] of bundle b (draws are per cable)
+        self._cable_start = np.concatenate([[0], np.cumsum(fabric.cables[up0:up1])])
         self._host = np.arange(host0, host1)
         self._switches = np.arange(fabric.gpus, fabric.num_nodes)
         level = fabric.switch_level[self._switches]
@@ -263,21 +274,46 @@ class GraphComponents:
         """The kind (`COUNTED_KINDS`) of a failed component by its name in a set."""
         if "@" in name:
             return "degraded"
-        link = self._link(name)
-        if link is not None:
-            return "nic_port" if self.f.tier[link] in (0, 3) else "cable"
+        found = self._named_cable(name)
+        if found is not None:
+            return "nic_port" if self.f.tier[found[0]] in (0, 3) else "cable"
         return "switch" if name in self._node else "plane"
 
     def ranges(self) -> str:
         f = self.f
-        return (f"{self._up.size:,} switch cables, {self._host.size:,} host cables, "
+        return (f"{int(self._cable_start[-1]):,} switch cables, {self._host.size:,} host cables, "
                 f"{self._switches.size:,} switches, hosts {f.node_names[0]}.."
                 f"{f.node_names[f.gpus - 1]}, planes 0..{f.planes - 1}")
 
-    def _cable_of(self, up: int) -> Component:
+    def _cable_of(self, up: int, which: int | str | None = None, field: str = "",
+                  name: str = "") -> Component:
+        """The cable `which` (an index, None for cable 0, "*" for all) of the bundle whose
+        upward link is `up`; a single cable is the whole link, named as before."""
         f = self.f
         down = int(f.link_ids(f.link_dst[up], f.link_src[up]))
-        return Component(f.link_name(up), links=(int(up), down))
+        count, base = int(f.cables[up]), f.link_name(up)
+        index = 0 if which in (None, "*") else int(which)
+        if not 0 <= index < count:
+            raise ScenarioError(field, f"{name!r}: {base} is a bundle of {count} cable"
+                                f"{'s' if count > 1 else ''}; allowed: {base}#0.."
+                                f"{base}#{count - 1}, or {base}* for the whole bundle")
+        if count == 1 or which == "*":
+            return Component(base + ("*" if count > 1 else ""), links=(int(up), down))
+        return Component(f"{base}#{index}", links=(int(up), down), fraction=1.0 / count)
+
+    def _named_cable(self, name: str) -> tuple[int, int | str | None] | None:
+        """(link id, which) of ``a->b`` (None), ``a->b#i`` (i) or ``a->b*`` ("*"); None when
+        `name` names no link (a node name may itself hold # or *: the plain name wins)."""
+        link = self._link(name)
+        if link is not None:
+            return link, None
+        m = _BUNDLE_PART.match(name)
+        if m is None:
+            return None
+        link = self._link(m.group(1))
+        if link is None:
+            return None
+        return link, ("*" if m.group(3) else int(m.group(2)))
 
     def _link(self, name: str) -> int | None:
         """The link id of ``a->b``, or None."""
@@ -309,17 +345,18 @@ class GraphComponents:
         if not isinstance(name, str):
             raise ScenarioError(field, f"expected a component name, got {name!r}")
         if kind in ("links", "degraded", "nic_ports"):
-            link = self._link(name)
+            link, which = self._named_cable(name) or (None, None)
             host_cable = link is not None and f.tier[link] in (0, 3)
             if kind == "nic_ports" and link is None:
                 link = self._named_port(name, field)
                 host_cable = True
             if link is None or (kind == "nic_ports" and not host_cable):
                 what = ("a host cable (host->switch), <host>, or plane<p>/<host>"
-                        if kind == "nic_ports" else "a cable a->b between two linked nodes")
+                        if kind == "nic_ports" else "a cable a->b between two linked nodes "
+                        "(a->b#i: cable i of a bundle, a->b*: the whole bundle)")
                 raise ScenarioError(field, f"{name!r} is not {what} of this fabric "
                                     f"({self.ranges()})")
-            return self._cable_of(self._upward(link))
+            return self._cable_of(self._upward(link), which, field, name)
         if kind == "switches":
             node = self._node.get(name)
             if node is None or node < f.gpus:
@@ -354,7 +391,7 @@ class GraphComponents:
 
     def population(self, kind: str, cfg: FailureKindConfig) -> int:
         if kind in ("links", "degraded"):
-            return int(self._up.size)
+            return int(self._cable_start[-1])
         if kind == "nic_ports":
             return int(self._host.size)
         if kind == "planes":
@@ -363,9 +400,10 @@ class GraphComponents:
 
     def drawn(self, kind: str, cfg: FailureKindConfig, i: int) -> Component:
         if kind in ("links", "degraded"):
-            return self._cable_of(int(self._up[i]))
+            bundle = int(np.searchsorted(self._cable_start, i, side="right")) - 1
+            return self._cable_of(int(self._up[bundle]), i - int(self._cable_start[bundle]))
         if kind == "nic_ports":
-            return self._cable_of(int(self._host[i]))
+            return self._cable_of(int(self._host[i]), "*")
         if kind == "planes":
             return self._plane(i)
         node = int(self._by_tier[getattr(cfg, "tier", "any")][i])
@@ -374,6 +412,14 @@ class GraphComponents:
     def draw_index(self, kind: str, cfg: FailureKindConfig, c: Component) -> int | None:
         if kind in ("links", "degraded"):
             hit = np.flatnonzero(self._up == c.links[0])
+            if not hit.size:
+                return None
+            start, count = self._cable_start[hit[0]], self.f.cables[c.links[0]]
+            if count == 1:
+                return int(start)
+            if c.fraction >= 1:          # a whole bundle is no single draw
+                return None
+            return int(start) + int(c.name.rsplit("#", 1)[1])
         elif kind == "nic_ports":
             hit = np.flatnonzero(self._host == c.links[0])
         elif kind == "planes":
@@ -531,10 +577,24 @@ def _batch(comps, per_set: list[list[tuple[Component, float | None]]]) -> Failur
     names, dead, nodes, deg, deg_f = [], [], [], [], []
     for components in per_set:
         names.append([c.name if f is None else f"{c.name}@{f:g}" for c, f in components])
-        dead.append([l for c, f in components if f is None for l in c.links])
-        nodes.append([v for c, f in components if f is None for v in c.nodes])
-        deg.append([l for c, f in components if f is not None for l in c.links])
-        deg_f.append([f for c, f in components if f is not None for _ in c.links])
+        whole = [(c, f) for c, f in components if c.fraction >= 1]
+        dead.append([l for c, f in whole if f is None for l in c.links])
+        nodes.append([v for c, f in whole if f is None for v in c.nodes])
+        deg.append([l for c, f in whole if f is not None for l in c.links])
+        deg_f.append([f for c, f in whole if f is not None for _ in c.links])
+        # cables of a bundle: the shares they take add up per link (the device keeps one
+        # factor per link, the smallest), and a bundle with every cable gone is dead
+        removed: dict[int, float] = {}
+        for c, f in components:
+            if c.fraction < 1:
+                for l in c.links:
+                    removed[l] = removed.get(l, 0.0) + c.fraction * (1.0 - (f or 0.0))
+        for l, share in removed.items():
+            if share >= 1.0 - 1e-9:
+                dead[-1].append(l)
+            else:
+                deg[-1].append(l)
+                deg_f[-1].append(1.0 - share)
     return FailureBatch(
         names=names,
         dead_links=_pad(dead, comps.num_links, np.int32),

@@ -1,5 +1,7 @@
 """What `fabricjax topo` prints: the fabric's counts and its bill of materials beside the
-baselines (rich tables; no JAX)."""
+baselines (rich tables; no JAX). Switch counts are as built: below full size a Clos's spines
+are as many as their ports need (`fabric.spec.bundled_switches`), and the table says how
+many logical spines, one per T0 uplink, the analysis models instead."""
 
 from __future__ import annotations
 
@@ -7,9 +9,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from fabricjax.fabric.bom import ratio_text
+from fabricjax.fabric.spec import bundled_switches
 
 
 def topo_table(summary: dict) -> Table:
+    """The counts of a two-tier Clos (`fabric.clos.fabric_summary`), switches as built."""
+    planes, t0s, up = summary["planes"], summary["t0_per_plane"], summary["t0_up_ports"]
+    spines = bundled_switches(t0s, up, summary["radix"])
+    t1_row = f"{spines:,} per plane, {planes * spines:,} total"
+    bundle_row = []
+    if spines < summary["t1_per_plane"]:
+        t1_row += " (as built)"
+        bundle_row = [("T0-T1 cables per pair", f"{up // spines} (analysed: "
+                       f"{summary['t1_per_plane']:,} T1s per plane, 1 cable each)")]
     table = Table(title="Fabric", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -20,8 +32,9 @@ def topo_table(summary: dict) -> Table:
         ("switch radix", str(summary["radix"])),
         ("T0 ports down : up", f"{summary['t0_down_ports']} : {summary['t0_up_ports']}"),
         ("T0 switches", f"{summary['t0_per_plane']:,} per plane, {summary['switches_t0']:,} total"),
-        ("T1 switches", f"{summary['t1_per_plane']:,} per plane, {summary['switches_t1']:,} total"),
-        ("switches", f"{summary['switches']:,}"),
+        ("T1 switches", t1_row),
+        *bundle_row,
+        ("switches", f"{summary['switches_t0'] + planes * spines:,}"),
         ("links (directed)", f"{summary['links_directed']:,}"),
         ("cables (host + fabric)",
          f"{summary['cables']:,} ({summary['host_cables']:,} + {summary['fabric_cables']:,})"),
@@ -75,6 +88,10 @@ def bom_lines(designs: list[dict], note: str | None = None) -> list[str]:
             f"{_ports_and_split(other)} ({other['tiers']} tiers, {other['gpus']:,} GPUs), "
             f"per GPU: {per['switches']:.2f}x the switches, {per['modules']:.2f}x the optics, "
             f"{per['watts']:.2f}x the power")
+    for b in designs:
+        if b.get("below_full_size"):
+            lines.append(f"below full size, {_ports_and_split(b)} ({b['tiers']} tiers): "
+                         f"{b['below_full_size']}")
     if note:
         lines.append(f"single-plane baseline: {note}")
     return lines
@@ -94,4 +111,7 @@ def graph_topo_table(summary: dict, kind: str) -> Table:
                         ("NIC", f"{summary['nic_gbps_max']:g} Gbit/s"),
                         ("paths per GPU pair (K)", str(summary["paths_per_pair"]))):
         table.add_row(name, value)
+    if summary.get("bundles"):
+        table.add_row("bundled switch pairs", f"{summary['bundles']:,} (up to "
+                      f"{summary['bundle_cables_max']} cables; one solver link each)")
     return table
