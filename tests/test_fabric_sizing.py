@@ -43,6 +43,9 @@ def test_topo_counts_spines_as_built(tmp_path):
     data = json.loads((tmp_path / "t.json").read_text())
     assert data["bom"]["switches"] == 236 and data["bom"]["bundles"] == {"t0-t1": 8}
     assert data["bom"]["links"] == data["cables"] == 87_552
+    # the summary counts what is built too, and names the spines the analysis models
+    assert data["switches"] == data["bom"]["switches"] and data["t1_per_plane"] == 16
+    assert data["t1_per_plane_analysed"] == 128 and data["cables_per_t0_t1_pair"] == 8
 
 
 def test_topo_table_rows_as_built():

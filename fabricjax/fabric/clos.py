@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from fabricjax.config import FabricConfig, t0_count, two_tier_ports
-from fabricjax.fabric.spec import check_fabric
+from fabricjax.fabric.spec import bundled_switches, check_fabric
 
 TIER_NAMES = ("gpu-t0", "t0-t1", "t1-t0", "t0-gpu")
 NUM_TIERS = len(TIER_NAMES)
@@ -234,6 +234,7 @@ def fabric_summary(cfg: FabricConfig) -> dict:
     # A balanced cut: half the GPUs on each side. What crosses it one way is the smaller of
     # their injection and the T0 uplinks serving them (S uplinks per D GPUs); when every GPU
     # sits under one T0 nothing needs a spine and only injection counts.
+    built_spines = bundled_switches(g.t0s, g.spines, g.radix)
     half = g.gpus // 2
     per_gpu_uplink = g.spines / g.gpus_per_t0 if g.t0s >= 2 else 1.0
     injection = g.planes * g.port_gbps * half
@@ -250,10 +251,15 @@ def fabric_summary(cfg: FabricConfig) -> dict:
         "t0_up_ports": g.spines,
         "oversubscription": cfg.oversubscription,
         "t0_per_plane": g.t0s,
-        "t1_per_plane": g.spines,
+        # switches as built: below full size the spines are as many as their ports need
+        # (`fabric.spec.bundled_switches`), each T0 reaching each by a bundle of cables; the
+        # analysis models one logical spine per T0 uplink (the same capacity per T0)
+        "t1_per_plane": built_spines,
+        "t1_per_plane_analysed": g.spines,
+        "cables_per_t0_t1_pair": g.spines // built_spines,
         "switches_t0": g.planes * g.t0s,
-        "switches_t1": g.planes * g.spines,
-        "switches": g.planes * (g.t0s + g.spines),
+        "switches_t1": g.planes * built_spines,
+        "switches": g.planes * (g.t0s + built_spines),
         "links_directed": g.num_links,
         "links_by_tier": dict(zip(TIER_NAMES, g.tier_sizes)),
         "cables": g.num_links // 2,

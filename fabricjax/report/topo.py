@@ -9,19 +9,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from fabricjax.fabric.bom import ratio_text
-from fabricjax.fabric.spec import bundled_switches
 
 
 def topo_table(summary: dict) -> Table:
     """The counts of a two-tier Clos (`fabric.clos.fabric_summary`), switches as built."""
-    planes, t0s, up = summary["planes"], summary["t0_per_plane"], summary["t0_up_ports"]
-    spines = bundled_switches(t0s, up, summary["radix"])
+    planes, spines = summary["planes"], summary["t1_per_plane"]
     t1_row = f"{spines:,} per plane, {planes * spines:,} total"
     bundle_row = []
-    if spines < summary["t1_per_plane"]:
+    if spines < summary["t1_per_plane_analysed"]:
         t1_row += " (as built)"
-        bundle_row = [("T0-T1 cables per pair", f"{up // spines} (analysed: "
-                       f"{summary['t1_per_plane']:,} T1s per plane, 1 cable each)")]
+        bundle_row = [("T0-T1 cables per pair", f"{summary['cables_per_t0_t1_pair']} "
+                       f"(analysed: {summary['t1_per_plane_analysed']:,} T1s per plane, "
+                       "1 cable each)")]
     table = Table(title="Fabric", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -34,7 +33,7 @@ def topo_table(summary: dict) -> Table:
         ("T0 switches", f"{summary['t0_per_plane']:,} per plane, {summary['switches_t0']:,} total"),
         ("T1 switches", t1_row),
         *bundle_row,
-        ("switches", f"{summary['switches_t0'] + planes * spines:,}"),
+        ("switches", f"{summary['switches']:,}"),
         ("links (directed)", f"{summary['links_directed']:,}"),
         ("cables (host + fabric)",
          f"{summary['cables']:,} ({summary['host_cables']:,} + {summary['fabric_cables']:,})"),
