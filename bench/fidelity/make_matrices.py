@@ -117,8 +117,7 @@ def write(path: Path, hosts: int, flows: list[tuple[int, int, int]]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def main() -> None:
-    out = HERE / "matrices"
+def main(out: Path = HERE / "matrices") -> None:
     out.mkdir(exist_ok=True)
     for case, (hosts, traffic, seeds, stream) in CASES.items():
         for seed in seeds:
