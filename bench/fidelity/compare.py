@@ -78,13 +78,33 @@ def leaf_spine_edges(failed: int = 0, hosts: int = 1024, down: int = 32,
     return edges
 
 
+# an edge list (fabricjax `graph`), or a fabric config (the multi-plane Clos itself)
 TOPOLOGIES = {
     "ft128_1os": lambda: fat_tree_edges(4, 4, 4, 8),
     "ft128_4os": lambda: fat_tree_edges(4, 4, 1, 8),
     "ft128_8os": lambda: fat_tree_edges(1, 4, 2, 8),
     "ls1024os": lambda: leaf_spine_edges(0),
     "ls1024os_failed4": lambda: leaf_spine_edges(4),
+    # htsim's leaf_spine_1024.topo: 32 leaves of 32 hosts, one 100G link to each of 32 spines
+    "ls1024": lambda: leaf_spine_edges(0, spines=32),
+    "ls1024_failed8": lambda: leaf_spine_edges(8, spines=32),
+    # 4 planes, each one leaf_spine_1024.topo (radix 64: 32 down, 32 up); htsim runs the
+    # planes one by one (HTSIM.md, "Multi-plane fabrics")
+    "mp4_ls1024": {"kind": "multiplane-clos", "planes": 4, "radix": 64},
 }
+
+
+def fabric_config(topo: str, hosts: int, paths: int, workdir: Path) -> dict:
+    """The scenario's `fabric` for a topology: an edge list written into `workdir` and read as
+    a `graph` with up to `paths` shortest paths per pair, or the multi-plane Clos."""
+    common = {"gpus": hosts, "gpus_per_server": 1, "port_gbps": 100}
+    if isinstance(TOPOLOGIES[topo], dict):
+        return {**TOPOLOGIES[topo], **common}
+    edges = workdir / f"{topo}.txt"
+    if not edges.exists():
+        edges.write_text("".join(f"{u} {v} {gbps}\n" for u, v, gbps in TOPOLOGIES[topo]()))
+    return {"kind": "graph", "file": edges.name, "paths": paths, **common}
+
 
 # case: (topology, hosts, candidate paths per pair, target relative error)
 CASES = {
@@ -98,6 +118,15 @@ CASES = {
     "ls1024os_failed4_perm1MB": ("ls1024os_failed4", 1024, 8, 0.15),
     "ft128_1os_incast32": ("ft128_1os", 128, 16, 0.15),
     "ft128_1os_a2a": ("ft128_1os", 128, 16, 0.10),
+    # the mission's fabric: 4 planes of a full-bisection two-tier plane (paths: every spine)
+    "mp4_ls1024_perm2MB": ("mp4_ls1024", 1024, 32, 0.10),
+    "mp4_ls1024_ring1MB": ("mp4_ls1024", 1024, 32, 0.10),   # one ring step, rank order
+    "ls1024_perm1MB": ("ls1024", 1024, 32, 0.10),          # one such plane alone
+    "ls1024_failed8_perm1MB": ("ls1024_failed8", 1024, 32, 0.15),
+    "ft128_1os_perm64KB": ("ft128_1os", 128, 16, 0.10),     # short flows
+    "ft128_1os_perm512KB": ("ft128_1os", 128, 16, 0.10),
+    "ft128_1os_permmix": ("ft128_1os", 128, 16, 0.10),      # 64-512 KiB mixed
+    "ft128_1os_ring2MB": ("ft128_1os", 128, 16, 0.10),      # one ring step, scattered ranks
 }
 
 # fabricjax policy <- htsim runs compared with it
@@ -140,16 +169,12 @@ def quantiles(values: np.ndarray) -> tuple[float, float, float]:
 def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
     """{policy: (p50, p99, max, seconds)} of fabricjax on the case's matrix for `seed`."""
     topo, hosts, paths, _ = CASES[case]
-    edges = workdir / f"{topo}.txt"
-    if not edges.exists():
-        edges.write_text("".join(f"{u} {v} {gbps}\n" for u, v, gbps in TOPOLOGIES[topo]()))
     # a scenario reads files inside its own folder only: the matrix joins the edge list there
     matrix = workdir / matrix_path(case, seed).name
     shutil.copyfile(matrix_path(case, seed), matrix)
     scenario = parse_scenario({
         "name": f"{case}_s{seed}", "seed": seed,
-        "fabric": {"kind": "graph", "file": edges.name, "gpus": hosts, "paths": paths,
-                   "gpus_per_server": 1, "port_gbps": 100},
+        "fabric": fabric_config(topo, hosts, paths, workdir),
         "policies": list(POLICIES),
         "workload": [{"name": case, "collective": "traffic",
                       "file": matrix.name, "format": "htsim"}],

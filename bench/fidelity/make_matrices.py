@@ -15,6 +15,22 @@ then ``S->D id I start 0 size B`` (every flow starts at time 0). htsim runs them
   randomness, so every seed's file holds the same matrix: the seeds differ only in htsim's
   `-seed`);
 - one flow between pods (unloaded FCT: latency and headers alone), 2 MiB and 128 KiB.
+
+Cases that cover the multi-plane fabric the product is for, degraded links, short flows and
+collective steps:
+
+- `mp4_ls1024_*`: a fabric of 4 planes, each a full-bisection 1,024-host leaf-spine (htsim's
+  `leaf_spine_1024.topo`; fabricjax's `multiplane-clos` with radix 64). htsim has no planes, so
+  `run_htsim.sh` runs each plane on its own with `per_plane/<case>_s<seed>.cm`: the same
+  connections with 1/4 of every flow's bytes (see HTSIM.md). A permutation of 2 MiB flows, and
+  one step of a ring all-reduce of 1 GiB over the 1,024 GPUs in rank order (every GPU sends
+  1 MiB to the next; 31 of every 32 flows stay under their T0);
+- `ls1024_*`: one such plane alone, a permutation of 1 MiB flows, healthy and with `-failed 8`
+  (a quarter of every leaf's uplinks at 25% speed);
+- short flows on the 1:1 fat tree: permutations of 64 KiB and 512 KiB flows, and one whose
+  flows are 64, 128, 256 or 512 KiB at random;
+- one step of a ring all-reduce of 256 MiB over the 128 hosts of the 1:1 fat tree taken in a
+  random order (a job scattered over the cluster): a single-cycle permutation of 2 MiB flows.
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 SEEDS = (1, 2, 3)
+KIB = 2**10
 MIB = 2**20
 
 
@@ -47,12 +64,24 @@ def incast(n: int, senders: int, size: int, rng) -> list[tuple[int, int, int]]:
     return [(int(s), receiver, size) for s in hosts[1:senders + 1]]
 
 
+def mixed_permutation(n: int, sizes: tuple[int, ...], rng) -> list[tuple[int, int, int]]:
+    dst = derangement(n, rng)
+    return [(s, int(d), int(rng.choice(sizes))) for s, d in enumerate(dst)]
+
+
+def ring_step(n: int, size: int, rng=None) -> list[tuple[int, int, int]]:
+    """One step of a ring over the hosts in rank order (`rng` None) or in a random order:
+    every rank sends `size` bytes to the next."""
+    order = np.arange(n) if rng is None else rng.permutation(n)
+    return [(int(order[r]), int(order[(r + 1) % n]), size) for r in range(n)]
+
+
 def all_to_all(n: int, size: int, rng) -> list[tuple[int, int, int]]:
     return [(s, d, size) for s in range(n) for d in range(n) if s != d]
 
 
-# case: (hosts, traffic, seeds, stream): the stream picks the random draws, so the degraded
-# leaf-spine case runs the very matrices of the healthy one
+# case: (hosts, traffic, seeds, stream): the stream picks the random draws, so each degraded
+# leaf-spine case runs the very matrices of its healthy one
 CASES = {
     "ft128_1os_perm2MB": (128, lambda rng: permutation(128, 2 * MIB, rng), SEEDS, 0),
     "ft128_4os_perm2MB": (128, lambda rng: permutation(128, 2 * MIB, rng), SEEDS, 1),
@@ -65,7 +94,21 @@ CASES = {
     # host 0 (pod 0) to host 100 (pod 6): 6 links, nothing else on the fabric
     "single_2MB": (128, lambda rng: [(0, 100, 2 * MIB)], (1,), 8),
     "single_128KB": (128, lambda rng: [(0, 100, 128 * 1024)], (1,), 9),
+    "mp4_ls1024_perm2MB": (1024, lambda rng: permutation(1024, 2 * MIB, rng), SEEDS, 10),
+    "mp4_ls1024_ring1MB": (1024, lambda rng: ring_step(1024, MIB), SEEDS, 11),
+    "ls1024_perm1MB": (1024, lambda rng: permutation(1024, MIB, rng), SEEDS, 12),
+    "ls1024_failed8_perm1MB": (1024, lambda rng: permutation(1024, MIB, rng), SEEDS, 12),
+    "ft128_1os_perm64KB": (128, lambda rng: permutation(128, 64 * KIB, rng), SEEDS, 13),
+    "ft128_1os_perm512KB": (128, lambda rng: permutation(128, 512 * KIB, rng), SEEDS, 14),
+    "ft128_1os_permmix": (128, lambda rng: mixed_permutation(
+        128, (64 * KIB, 128 * KIB, 256 * KIB, 512 * KIB), rng), SEEDS, 15),
+    "ft128_1os_ring2MB": (128, lambda rng: ring_step(128, 2 * MIB, rng), SEEDS, 16),
 }
+
+
+def planes(case: str) -> int:
+    """A case's planes: P for a case named `mp<P>_...`, else 1."""
+    return int(case[2:case.index("_")]) if case.startswith("mp") else 1
 
 
 def write(path: Path, hosts: int, flows: list[tuple[int, int, int]]) -> None:
@@ -74,14 +117,20 @@ def write(path: Path, hosts: int, flows: list[tuple[int, int, int]]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def main() -> None:
-    out = HERE / "matrices"
+def main(out: Path = HERE / "matrices") -> None:
     out.mkdir(exist_ok=True)
     for case, (hosts, traffic, seeds, stream) in CASES.items():
         for seed in seeds:
             flows = traffic(np.random.default_rng([17, stream, seed]))
             write(out / f"{case}_s{seed}.cm", hosts, flows)
-    print(f"wrote {len(list(out.glob('*.cm')))} matrices to {out}")
+            if planes(case) > 1:
+                # each plane carries an equal share of every flow (whole packets: the sizes
+                # are multiples of planes x 4 KiB)
+                assert all(b % (planes(case) * 4 * KIB) == 0 for _, _, b in flows), case
+                (out / "per_plane").mkdir(exist_ok=True)
+                write(out / "per_plane" / f"{case}_s{seed}.cm", hosts,
+                      [(s, d, b // planes(case)) for s, d, b in flows])
+    print(f"wrote {len(list(out.rglob('*.cm')))} matrices to {out}")
 
 
 if __name__ == "__main__":

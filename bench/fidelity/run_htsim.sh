@@ -23,6 +23,13 @@
 # writes logout.dat and idmap.txt into its working directory, so each run gets a scratch one.
 # A run that leaves flows unfinished (or crashes) writes no CSV; it is listed in
 # $LOGS/walltimes.tsv with its status, and the script goes on and exits 1 at the end.
+#
+# Multi-plane cases (`mp<P>_...`): htsim has no planes (it asserts -planes 1), so every plane
+# is its own run on the single-plane topology with matrices/per_plane/<case>_s<seed>.cm (1/P
+# of every flow's bytes), its own seed (<seed> x 100 + plane: other hash salts and sender
+# draws) and -paths divided by P (a flow's EVs are split equally over its planes). A flow's
+# FCT is its slowest plane's; each plane's run is one line of walltimes.tsv (`..._p<plane>`).
+# HTSIM.md says why this is faithful for equal splits and where it is not.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -41,43 +48,55 @@ topology() {    # case -> topology file [extra flags]
         ft128_1os_*|single_*) echo "fat_tree_128_1os.topo" ;;
         ft128_4os_*) echo "fat_tree_128_4os.topo" ;;
         ft128_8os_*) echo "fat_tree_128_8os.topo" ;;
+        ls1024_failed8_*) echo "leaf_spine_1024.topo -failed 8" ;;
+        ls1024_*|mp*_ls1024_*) echo "leaf_spine_1024.topo" ;;
         ls1024os_failed4_*) echo "leaf_spine_1024_oversub.topo -failed 4" ;;
         ls1024os_*) echo "leaf_spine_1024_oversub.topo" ;;
         *) echo "unknown case $1" >&2; return 1 ;;
     esac
 }
 
-lb_flags() {    # policy -> load-balancing flags
+planes() {      # case -> planes (P of a case named mp<P>_..., else 1)
+    if [[ "$1" =~ ^mp([0-9]+)_ ]]; then echo "${BASH_REMATCH[1]}"; else echo 1; fi
+}
+
+lb_flags() {    # policy planes -> load-balancing flags (128 EVs per flow, equal per plane)
+    local evs=$((128 / $2))
     case "$1" in
         ecmp) echo "-load_balancing_algo oblivious -paths 1" ;;
-        spray) echo "-load_balancing_algo oblivious -paths 128" ;;
-        mrc_reps) echo "-load_balancing_algo reps -paths 128" ;;
-        mrc_bitmap) echo "-load_balancing_algo bitmap -paths 128" ;;
+        spray) echo "-load_balancing_algo oblivious -paths $evs" ;;
+        mrc_reps) echo "-load_balancing_algo reps -paths $evs" ;;
+        mrc_bitmap) echo "-load_balancing_algo bitmap -paths $evs" ;;
         *) echo "unknown policy $1" >&2; return 1 ;;
     esac
 }
 
-# Turn one run's stdout into the CSV. htsim prints, at the sender, one line per flow when the
-# cumulative ACK covers the whole flow: "Flow Uec_<src>_<dst> flowId <id> ... finished at <us>".
-# The flowId is the matrix's `id`, so src, dst, size and start come from the matrix line.
-extract() {     # matrix log csv -> prints "finished/connections"
+# Turn the stdout of a run (or of one run per plane) into the CSV. htsim prints, at the sender,
+# one line per flow when the cumulative ACK covers the whole flow: "Flow Uec_<src>_<dst> flowId
+# <id> ... finished at <us>". The flowId is the matrix's `id`, so src, dst, size and start come
+# from the matrix line; with several logs a flow finishes when its last plane does.
+extract() {     # matrix csv log [log ...] -> prints "finished/connections"
     python3 - "$@" <<'PY'
 import gzip, re, sys
-matrix, log, out = sys.argv[1:]
+matrix, out, *logs = sys.argv[1:]
 conns = {}
 for line in open(matrix):
     m = re.match(r"(\d+)->(\d+) id (\d+) start (\S+) size (\d+)", line)
     if m:
         conns[int(m[3])] = (int(m[1]), int(m[2]), int(m[5]), float(m[4]) / 1e6)  # start ps -> us
-done = {}
 pat = re.compile(r"Flow Uec_(\d+)_(\d+) flowId (\d+) .* finished at (\S+)")
-for line in open(log, errors="replace"):
-    m = pat.match(line)
-    if m:
-        fid = int(m[3])
-        src, dst, _, _ = conns[fid]
-        assert (src, dst) == (int(m[1]), int(m[2])), line
-        done[fid] = float(m[4])
+per_log = []
+for log in logs:
+    done = {}
+    for line in open(log, errors="replace"):
+        m = pat.match(line)
+        if m:
+            fid = int(m[3])
+            src, dst, _, _ = conns[fid]
+            assert (src, dst) == (int(m[1]), int(m[2])), line
+            done[fid] = float(m[4])
+    per_log.append(done)
+done = {fid: max(d[fid] for d in per_log) for fid in conns if all(fid in d for d in per_log)}
 print(f"{len(done)}/{len(conns)}")
 if len(done) == len(conns):
     with gzip.open(out, "wt") as fh:
@@ -92,42 +111,72 @@ CASES=("$@")
 if [ ${#CASES[@]} -eq 0 ]; then
     CASES=(ft128_1os_perm2MB ft128_4os_perm2MB ft128_8os_perm2MB ft128_1os_perm128KB
            ft128_1os_incast32 single_2MB single_128KB ls1024os_perm1MB
-           ls1024os_failed4_perm1MB ft128_1os_a2a)
+           ls1024os_failed4_perm1MB ft128_1os_a2a mp4_ls1024_perm2MB mp4_ls1024_ring1MB
+           ls1024_perm1MB ls1024_failed8_perm1MB ft128_1os_perm64KB ft128_1os_perm512KB
+           ft128_1os_permmix ft128_1os_ring2MB)
 fi
 [ -f "$LOGS/walltimes.tsv" ] || \
-    printf 'run\twall_s\tfinished\tstatus\tcommand\n' > "$LOGS/walltimes.tsv"
+    printf 'run\twall_s\tcpu_s\tfinished\tstatus\tcommand\n' > "$LOGS/walltimes.tsv"
 failures=0
+run_one() {     # name matrix seed policy planes -> one htsim run; sets $log, $status
+    local name="$1" matrix="$2" seed="$3" policy="$4" nplanes="$5"
+    log="$LOGS/$name.log"
+    local scratch; scratch="$(mktemp -d "$LOGS/scratch.XXXXXX")"
+    # shellcheck disable=SC2206
+    local cmd=("$HTSIM" -tm "$matrix" -topo "$TOPOS/$topo" $extra
+               $(lb_flags "$policy" "$nplanes")
+               -seed "$seed" -mtu "$MTU" -end "$END_US" -o "$scratch/logout.dat")
+    # bash's `time`: wall seconds, and htsim's own CPU seconds (user + system), which a
+    # machine shared with other jobs inflates far less than the wall time
+    local TIMEFORMAT='%R %U %S' timing
+    timing=$( { time { (cd "$scratch" && nice -n 19 "${cmd[@]}") > "$log" 2>&1; }
+                echo "$?" >&2; } 2>&1 )
+    local wall cpu rc
+    read -r wall cpu rc <<< "$(awk 'NR == 1 {printf "%.1f %.1f", $1, $2 + $3}
+                                  NR == 2 {printf " %d", $1}' <<< "$timing")"
+    rm -rf "$scratch"
+    local check="$LOGS/$name.check.csv.gz"
+    local finished; finished=$(extract "$matrix" "$check" "$log")
+    rm -f "$check"
+    status=ok
+    if [ "$rc" -ne 0 ]; then status="exit_$rc"; fi
+    if [[ ! "$finished" =~ ^[0-9]+/[0-9]+$ ]]; then status="parse_error"
+    elif [ "${finished%/*}" != "${finished#*/}" ]; then status="unfinished"; fi
+    # the command as one could rerun it elsewhere: no path of this machine in it
+    local command="${cmd[*]}"; command="${command//$BUILD/\$HTSIM_BUILD}"
+    command="${command//$REPO\//}"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$wall" "$cpu" "$finished" "$status" \
+        "$command" >> "$LOGS/walltimes.tsv"
+    echo "$name: $finished flows finished, $status, ${wall}s (${cpu}s CPU)"
+}
+
 for case in "${CASES[@]}"; do
     read -r topo extra <<< "$(topology "$case")" || exit 2
+    nplanes=$(planes "$case")
     for matrix in "$HERE"/matrices/"${case}"_s*.cm; do
         seed="${matrix##*_s}"; seed="${seed%.cm}"
         if [ -n "${SEEDS:-}" ] && [[ " $SEEDS " != *" $seed "* ]]; then continue; fi
         for policy in $POLICIES; do
             name="${case}_${policy}_s${seed}"
-            log="$LOGS/$name.log"
-            scratch="$(mktemp -d "$LOGS/scratch.XXXXXX")"
-            # shellcheck disable=SC2206
-            cmd=("$HTSIM" -tm "$matrix" -topo "$TOPOS/$topo" $extra $(lb_flags "$policy")
-                 -seed "$seed" -mtu "$MTU" -end "$END_US" -o "$scratch/logout.dat")
-            t0=$(date +%s.%N)
-            (cd "$scratch" && nice -n 19 "${cmd[@]}") > "$log" 2>&1
-            rc=$?
-            wall=$(python3 -c "import sys,time; print(f'{time.time()-float(sys.argv[1]):.1f}')" "$t0")
-            rm -rf "$scratch"
             csv="$HERE/results/$name.csv.gz"
             rm -f "$csv"
-            finished=$(extract "$matrix" "$log" "$csv")
-            status=ok
-            if [ "$rc" -ne 0 ]; then status="exit_$rc"; fi
-            if [[ ! "$finished" =~ ^[0-9]+/[0-9]+$ ]]; then status="parse_error"
-            elif [ "${finished%/*}" != "${finished#*/}" ]; then status="unfinished"; fi
-            if [ "$status" != ok ]; then failures=$((failures + 1)); rm -f "$csv"; fi
-            # the command as one could rerun it elsewhere: no path of this machine in it
-            command="${cmd[*]}"; command="${command//$BUILD/\$HTSIM_BUILD}"
-            command="${command//$REPO\//}"
-            printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$wall" "$finished" "$status" \
-                "$command" >> "$LOGS/walltimes.tsv"
-            echo "$name: $finished flows finished, $status, ${wall}s"
+            logs=()
+            ok=1
+            if [ "$nplanes" -eq 1 ]; then
+                run_one "$name" "$matrix" "$seed" "$policy" 1
+                logs+=("$log"); [ "$status" = ok ] || ok=0
+            else
+                for ((plane = 0; plane < nplanes; plane++)); do
+                    run_one "${name}_p$plane" "$HERE/matrices/per_plane/${case}_s$seed.cm" \
+                        $((seed * 100 + plane)) "$policy" "$nplanes"
+                    logs+=("$log"); [ "$status" = ok ] || ok=0
+                done
+            fi
+            finished=$(extract "$matrix" "$csv" "${logs[@]}")
+            if [ "$ok" -ne 1 ] || [ "${finished%/*}" != "${finished#*/}" ]; then
+                failures=$((failures + 1)); rm -f "$csv"
+            fi
+            [ "$nplanes" -eq 1 ] || echo "$name: $finished flows finished on all $nplanes planes"
         done
     done
 done

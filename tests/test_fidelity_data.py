@@ -1,0 +1,92 @@
+"""The committed htsim calibration data (bench/fidelity) is whole and consistent: the matrices
+are what make_matrices.py writes, a multi-plane case's per-plane matrix carries 1/P of every
+connection, and every case of compare.py has htsim's per-flow FCTs for every policy and seed,
+one per connection of its matrix, none faster than the bytes allow at line rate."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+FIDELITY = Path(__file__).resolve().parents[1] / "bench" / "fidelity"
+RUNS = ("ecmp", "spray", "mrc_reps", "mrc_bitmap")
+PORT_BPS = 100e9     # every htsim link in these cases
+MSS, WIRE = 4096, 4160
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, FIDELITY / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def matrices():
+    return _module("make_matrices")
+
+
+def _read_matrix(path: Path) -> dict[int, tuple[int, int, int]]:
+    conns = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"(\d+)->(\d+) id (\d+) start 0 size (\d+)$", line)
+        if m:
+            conns[int(m[3])] = (int(m[1]), int(m[2]), int(m[4]))
+    return conns
+
+
+def test_matrices_are_what_the_script_writes(matrices, tmp_path):
+    matrices.main(tmp_path)
+    written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.cm"))
+    committed = sorted(p.relative_to(FIDELITY / "matrices")
+                       for p in (FIDELITY / "matrices").rglob("*.cm"))
+    assert written == committed
+    for rel in written:
+        assert (tmp_path / rel).read_text() == (FIDELITY / "matrices" / rel).read_text(), rel
+
+
+def test_per_plane_matrices_carry_an_equal_share(matrices):
+    cases = [c for c in matrices.CASES if matrices.planes(c) > 1]
+    assert cases
+    for case in cases:
+        planes = matrices.planes(case)
+        for seed in matrices.CASES[case][2]:
+            full = _read_matrix(FIDELITY / "matrices" / f"{case}_s{seed}.cm")
+            share = _read_matrix(FIDELITY / "matrices" / "per_plane" / f"{case}_s{seed}.cm")
+            assert share.keys() == full.keys()
+            for fid, (src, dst, size) in full.items():
+                assert share[fid] == (src, dst, size // planes)
+                assert size % (planes * MSS) == 0
+
+
+def test_every_case_has_all_its_htsim_runs(matrices):
+    for case, (_, _, seeds, _) in matrices.CASES.items():
+        planes = matrices.planes(case)
+        for seed in seeds:
+            conns = _read_matrix(FIDELITY / "matrices" / f"{case}_s{seed}.cm")
+            for run in RUNS:
+                path = FIDELITY / "results" / f"{case}_{run}_s{seed}.csv.gz"
+                with gzip.open(path, "rt") as fh:
+                    rows = list(csv.DictReader(fh))
+                assert len(rows) == len(conns), path.name
+                for fid, row in zip(sorted(conns), rows):
+                    src, dst, size = conns[fid]
+                    assert (int(row["src"]), int(row["dst"]), int(row["size_bytes"])) == \
+                        (src, dst, size), path.name
+                    # a plane's share, in whole packets, at one port's line rate
+                    packets = -(-size // planes // MSS)
+                    floor_us = packets * WIRE * 8 / PORT_BPS * 1e6
+                    assert float(row["fct_us"]) > floor_us, (path.name, fid)
+
+
+def test_compare_table_runs_every_case(matrices):
+    compare = _module("compare")
+    assert set(compare.CASES) == set(matrices.CASES)
+    for case, (topo, hosts, _, target) in compare.CASES.items():
+        assert hosts == matrices.CASES[case][0] and topo in compare.TOPOLOGIES
+        assert target in (0.10, 0.15)
