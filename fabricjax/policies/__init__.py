@@ -1,10 +1,11 @@
 """Layer 4: the load-balancing policies, one module each, behind one interface (`base`).
 
-Importing this package registers the built-in policies (`core.registry`); `get(name)` returns
-the policy object for a scenario's name. Modules, in the order they may import each other:
-`base`, `ecmp`, `spray`, `mrc` (starts from spray's draw), `optimal`. A new policy is one
-module that subclasses `base.Policy` and calls `core.registry.register` (tests/test_policies.py
-adds a toy one from the test file alone).
+Importing this package registers the built-in policies and their settings models
+(`core.registry`), in the reports' column order; `get(name)` returns the policy object for a
+scenario's name. Modules, in the order they may import each other: `base`, `ecmp`, `spray`,
+`mrc` (starts from spray's draw), `optimal`. A new policy is one module that defines its
+settings model, subclasses `base.Policy` and calls `core.registry.register`
+(tests/test_policy_plugin.py adds a toy one from the test file alone).
 """
 
 from __future__ import annotations
