@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, create_model,
-                      field_validator, model_serializer, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema,
+                      create_model, field_validator, model_serializer, model_validator)
 
 from fabricjax.core.errors import short_repr
 from fabricjax.core.registry import known_names, sections
@@ -28,6 +28,11 @@ MAX_LINK_ID = 2**31 - 2   # link ids and the sentinel (one past the last link) a
 COLLECTIVES = ("permutation", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                "incast", "send-recv", "traffic", "training", "chakra")
 PLACEMENTS = ("contiguous", "random", "strided", "explicit")
+
+# A number, or the way it is said ('100G', '256MiB', '3:1'), which a validator reads: the JSON
+# Schema an editor checks the file with accepts both.
+NumberOrText = Annotated[float, WithJsonSchema({"anyOf": [{"type": "number"},
+                                                          {"type": "string"}]})]
 
 
 def _short(value: Any) -> str:
@@ -62,10 +67,10 @@ class FabricConfig(Strict):
     gpus: int = Field(1024, ge=2, description="GPUs (NICs) on the fabric.")
     planes: int = Field(8, ge=1, le=64, description="Planes: each GPU has one port per plane "
                         "(its NIC split into `planes` ports of `port_gbps`).")
-    port_gbps: float = Field(100.0, description="Rate of one port and link, in Gbit/s; also "
+    port_gbps: NumberOrText = Field(100.0, description="Rate of one port and link, in Gbit/s; also "
                              "written with a unit, e.g. 100G or 400 Gbit/s.")
     radix: int = Field(64, ge=2, le=4096, description="Ports per switch.")
-    oversubscription: float = Field(1.0, ge=1.0, description="Down:up ports of a T0, as a "
+    oversubscription: NumberOrText = Field(1.0, ge=1.0, description="Down:up ports of a T0, as a "
                                     "number (3) or a ratio ('3:1'); 1 is full bisection.")
     tiers: Literal[2, 3] = Field(2, description="Switch tiers; 3 for kind fat-tree only.")
     file: str | None = Field(None, min_length=1, max_length=4096, description=(
@@ -144,7 +149,7 @@ class _WorkloadBase(Strict):
 
 
 class _SizedBase(_WorkloadBase):
-    size: float = Field(2**30, description="Bytes, as a number or with a unit (256MiB, 1GB).")
+    size: NumberOrText = Field(2**30, description="Bytes, as a number or with a unit (256MiB, 1GB).")
 
     @field_validator("size", mode="before")
     @classmethod
@@ -405,12 +410,19 @@ class FailureKindConfig(Strict):
     Shorthand: ``links: 4`` means ``{random: 4}``; ``links: [plane0/t0-3/up5]`` means
     ``{names: [...]}``."""
 
-    names: list[str] = Field([], description=(
+    names: Annotated[list[str], WithJsonSchema(
+        {"type": "array", "items": {"type": ["string", "integer"]}})] = Field([], description=(
         "Components that fail in every set, by name (planes may be bare numbers)."))
     random: int = Field(0, ge=0, le=1_000_000, description=(
         "Components drawn uniformly without replacement for each set."))
     probability: float = Field(0.0, ge=0.0, le=1.0, description=(
         "Each remaining component fails independently with this probability."))
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict:
+        # the shorthands are part of the file format: `links: 4`, `links: [name, ...]`
+        return {"anyOf": [handler(core_schema), {"type": "integer", "minimum": 0},
+                          {"type": "array", "items": {"type": ["string", "integer"]}}]}
 
     @model_validator(mode="before")
     @classmethod

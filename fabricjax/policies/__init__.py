@@ -10,6 +10,9 @@ settings model, subclasses `base.Policy` and calls `core.registry.register`
 
 from __future__ import annotations
 
+import json
+
+from fabricjax.config import scenario_schema
 from fabricjax.core.registry import known_names, lookup
 from fabricjax.policies import ecmp, mrc, optimal, spray  # noqa: F401  (they register)
 from fabricjax.policies.base import Policy
@@ -21,3 +24,9 @@ def get(name: str) -> Policy:
         return lookup(name)
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; known: {', '.join(known_names())}") from None
+
+
+def schema_text() -> str:
+    """The scenario JSON Schema with every registered policy's section, as `fabricjax schema`
+    prints it and `scenarios/schema.json` holds it (two-space indents, a final newline)."""
+    return json.dumps(scenario_schema(), indent=2, ensure_ascii=False) + "\n"
