@@ -610,13 +610,18 @@ class Scenario(Strict):
     def _sections_in_place(self, handler: Any) -> dict:
         # the policies' sections follow `policies`, where the reports have always shown them
         data = handler(self)
-        extra = [k for k in (self.__pydantic_extra__ or {}) if k in data]
+        if not self.policies and "policies" not in self.model_fields_set:
+            # parsed before any policy registered: the default is still to come, and a copy
+            # made from this dump must get it too (`scenario.check_sections`)
+            data.pop("policies", None)
+        extra = {k: data.pop(k) for k in (self.__pydantic_extra__ or {}) if k in data}
+        if "policies" not in data:
+            return {**data, **extra}
         out = {}
         for key, value in data.items():
-            if key not in extra:
-                out[key] = value
+            out[key] = value
             if key == "policies":
-                out.update((k, data[k]) for k in extra)
+                out.update(extra)
         return out
 
     def section(self, name: str) -> Any:

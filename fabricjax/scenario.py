@@ -50,6 +50,9 @@ def check_sections(scenario: Scenario) -> Scenario:
         return scenario
     models = sections()
     extra = scenario.__pydantic_extra__
+    if not scenario.policies and "policies" not in scenario.model_fields_set:
+        # parsed before any policy registered: the default, every registered one, is known now
+        scenario.__dict__["policies"] = list(known_names())
     for key in extra:
         if key not in models:
             raise ScenarioError(key, f"unknown field {key!r}; allowed: "
@@ -61,6 +64,7 @@ def check_sections(scenario: Scenario) -> Scenario:
                                 f"allowed: {allowed}")
     if not scenario.policies:
         raise ScenarioError("policies", "needs at least 1 policy")
+    checked = {}
     for name, model in models.items():
         value = extra.get(name, {})
         if not isinstance(value, model):
@@ -68,7 +72,9 @@ def check_sections(scenario: Scenario) -> Scenario:
                 value = model.model_validate({} if value is None else value)
             except pydantic.ValidationError as err:
                 raise _format_validation_error(err, model, (name,)) from None
-        extra[name] = value
+        checked[name] = value
+    extra.clear()      # in the registry's order, whatever the file's
+    extra.update(checked)
     for name in known_names():
         lookup(name).check(scenario)
     return scenario

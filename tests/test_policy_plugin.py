@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -170,3 +172,34 @@ def test_no_module_outside_the_policies_names_one(tmp_path):
     planted.mkdir(parents=True)
     (planted / "plots.py").write_text('COLOURS = {"mrc": "green"}\n')
     assert literals_naming_a_policy(tmp_path) == ["fabricjax/report/plots.py:1: 'mrc'"]
+
+
+BEFORE_REGISTRATION = '''
+import sys
+from fabricjax.core.errors import ScenarioError
+from fabricjax.scenario import check_sections, parse_scenario, with_overrides
+base = {"workload": [{"collective": "permutation"}], "fabric": {"gpus": 16, "radix": 8}}
+bad = parse_scenario({**base, "mrc": {"evz": 3}})          # kept as given: nothing registered
+good = with_overrides(parse_scenario({**base, "spray": {"evs": 16}}), seed=4)
+assert "jax" not in sys.modules
+import fabricjax.policies
+try:
+    check_sections(bad)
+    raise SystemExit("not refused")
+except ScenarioError as err:
+    assert err.field == "mrc.evz", err
+check_sections(good)
+assert good.spray.evs == 16 and good.mrc.evs == 128 and good.seed == 4
+assert good.policies == ["ecmp", "spray", "mrc", "optimal"], good.policies
+assert list(good.model_dump())[5:10] == ["policies", "ecmp", "spray", "mrc", "optimal"]
+print("ok")
+'''
+
+
+def test_a_scenario_parsed_before_the_policies_registered_is_checked_later():
+    """A process that solves nothing (`fabricjax topo`) parses without the policies, so
+    without JAX; the sections are checked, and the default policies filled in, once they are
+    registered (the engine's memory check does it)."""
+    proc = subprocess.run([sys.executable, "-c", BEFORE_REGISTRATION], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr + proc.stdout
