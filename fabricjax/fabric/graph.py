@@ -7,8 +7,8 @@ attribute ``type``: ``host`` or ``switch``; edge attribute ``capacity`` in Gbit/
 (tier 0 host->switch, tier 1 switch->switch up, tier 2 switch->switch down, tier 3
 switch->host: the four-tier layout of `fabricjax.fabric`, so per-tier statistics carry
 over); `candidate_paths` gives every flow K path slots as link ids int32[F, K, H], padded
-with the sentinel id L, ready for `fabricjax.solver.solve_uniform_phase` with
-``tier_bounds=gf.tier_bounds``.
+with the sentinel id L, which the solver's stored routes (`solver.incidence.StoredRoutes`)
+read with ``tier_bounds=gf.tier_bounds``.
 
 Formats:
   * GraphML (``.graphml`` / ``.xml``): hosts are nodes with ``type`` = ``host``; every other
