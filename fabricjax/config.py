@@ -149,7 +149,8 @@ class _WorkloadBase(Strict):
 
 
 class _SizedBase(_WorkloadBase):
-    size: NumberOrText = Field(2**30, description="Bytes, as a number or with a unit (256MiB, 1GB).")
+    size: NumberOrText = Field(2**30, description=(
+        "Bytes, as a number or with a unit (256MiB, 1GB)."))
 
     @field_validator("size", mode="before")
     @classmethod
