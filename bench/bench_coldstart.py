@@ -12,11 +12,12 @@ For each case and policy set, three fresh processes:
         (jaxpr), lowering (MLIR) and compiling (XLA) during the first call; "again" is the
         second call in the same process (a sweep point of the same shapes), "run" the first
         call's remainder (host work and device time).
-The packet-level reference (htsim_uec on this 2-core CPU, as issue 16 measured it): 17 to 25 s
-per policy for the 1k single-plane case, 65 s for ecmp + spray + mrc. The ratios printed are
-that time over fabricjax's (17 s per policy: the least favourable); only fabricjax is rerun.
+The packet-level reference (htsim_uec on this 2-core CPU, measured when the target was set):
+17 to 25 s per policy for the 1k single-plane case, 65 s for ecmp + spray + mrc. The ratios
+printed are that time over fabricjax's (17 s per policy: the least favourable); only fabricjax
+is rerun.
 
-Cases: the 1k single-plane case of issue 16 (1,024 GPUs, one plane of 64-port 100G switches,
+Cases: the 1k single-plane case (1,024 GPUs, one plane of 64-port 100G switches,
 a random permutation of 4 MB flows), the bundled quickstart, and the 8k and 131k ring
 all-reduce steps of bench_scale (8 planes of 100G; radix 128 and 512).
 """
@@ -33,8 +34,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# htsim_uec on the 1k single-plane case, as issue 16 quotes it: 17 to 25 s per policy (the
-# ratios below take the 17 s, the least favourable to fabricjax) and 65 s for the three
+# htsim_uec on the 1k single-plane case, measured when the target was set: 17 to 25 s per
+# policy (the ratios below take the 17 s, the least favourable to fabricjax) and 65 s for the
+# three
 HTSIM_1K_PER_POLICY_S = 17.0
 HTSIM_1K_THREE_S = 65.0
 

@@ -1,4 +1,4 @@
-"""Benchmark suite for scale (issue 7): one command, one table, each case in a fresh process.
+"""Benchmark suite for scale: one command, one table, each case in a fresh process.
 
     .venv/bin/python bench/bench_scale.py                 # 1k to 131k (about 30 min on 2 cores)
     .venv/bin/python bench/bench_scale.py --sizes 1k,8k   # a subset

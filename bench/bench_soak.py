@@ -8,7 +8,7 @@ points.
 
 The grid: 2 oversubscription values x 2 EV counts (4 array shapes, so the compiled programs
 are reused after the first points) x seeds, on 32 GPUs / 2 planes with ecmp and spray and 8
-failure sets per point. Target (issue 19): RSS after 1,000 points within 10% of RSS after 100.
+failure sets per point. Target: RSS after 1,000 points within 10% of RSS after 100.
 A second run, `--new-shapes`, sweeps the GPU count instead (16, 17, ... GPUs on radix 32: a new
 array shape, so new compiled programs, at every point; spray alone and no failure sets, to keep
 the compiling short) to show that `core.devices.bound_compiled` keeps that bounded; `--limit N`

@@ -1,8 +1,8 @@
 """The memory model against the measured peak: each row runs `fabricjax analyze` on a scenario
-in a fresh process and prints its estimate (fabricjax.memory) beside the peak resident memory
-the kernel reports for that process (ru_maxrss of the child). The estimate must stay above the
-peak (it is what `--max-memory` and the available-memory check compare against) without
-being wasteful; the last column is estimate / peak.
+in a fresh process and prints its estimate (`engine.plan.estimate_memory`) beside the peak
+resident memory the kernel reports for that process (ru_maxrss of the child). The estimate must
+stay above the peak (it is what `--max-memory` and the available-memory check compare
+against) without being wasteful; the last column is estimate / peak.
 
 Usage: .venv/bin/python bench/memory_calibration.py [--quick]   (make bench-memory)
 """

@@ -733,6 +733,15 @@ def cache(
               f"{format_bytes(size)} (bounded at {format_bytes(max_bytes())})", highlight=False)
 
 
+@app.command()
+def schema() -> None:
+    """Print the scenario JSON Schema (every field, policy sections included), for editors:
+    scenarios start with `# yaml-language-server: $schema=schema.json`."""
+    from fabricjax.policies import schema_text
+
+    sys.stdout.write(schema_text())
+
+
 def main() -> None:
     try:
         app()

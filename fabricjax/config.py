@@ -2,8 +2,11 @@
 file or builds a fabric (that is `fabricjax.scenario`, one layer up).
 
 Every field has a default a user would expect, so ``fabric: {gpus: 1024}`` plus one workload
-line is a complete scenario. Models are strict (YAML's `yes` is not the integer 1), frozen and
-forbid unknown fields; the loader turns a validation error into one line naming the field.
+line is a complete scenario, and a `description` that the JSON Schema (`scenario_schema`), the
+docs and the error messages share. Models are strict (YAML's `yes` is not the integer 1),
+frozen and forbid unknown fields; the loader turns a validation error into one line naming the
+field. A policy's section (`mrc:`, ...) is not declared here: each policy registers its own
+settings model (`core.registry`), and the loader checks the section against it.
 """
 
 from __future__ import annotations
@@ -11,12 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema,
+                      create_model, field_validator, model_serializer, model_validator)
 
 from fabricjax.core.errors import short_repr
-from fabricjax.core.registry import BUILTIN as POLICIES
-from fabricjax.core.registry import known_names
+from fabricjax.core.registry import known_names, sections
 from fabricjax.core.units import parse_rate_gbps, parse_size
 
 # Bounds that keep every derived number finite in float32 (times, rates, loads).
@@ -27,47 +29,66 @@ COLLECTIVES = ("permutation", "all-reduce", "all-gather", "reduce-scatter", "all
                "incast", "send-recv", "traffic", "training", "chakra")
 PLACEMENTS = ("contiguous", "random", "strided", "explicit")
 
+# A number, or the way it is said ('100G', '256MiB', '3:1'), which a validator reads: the JSON
+# Schema an editor checks the file with accepts both.
+NumberOrText = Annotated[float, WithJsonSchema({"anyOf": [{"type": "number"},
+                                                          {"type": "string"}]})]
+
 
 def _short(value: Any) -> str:
     return short_repr(value, 60)
 
 
 def _known_policy(name: str) -> str:
-    if name not in known_names():
+    # before any policy registered (a process that solves nothing, such as `fabricjax topo`)
+    # the names are checked later, with the sections (`scenario.check_sections`)
+    if known_names() and name not in known_names():
         allowed = ", ".join(repr(n) for n in known_names())
         raise ValueError(f"unknown policy (got {_short(name)}); allowed: {allowed}")
     return name
 
 
-class _Strict(BaseModel):
+def _registered_policies() -> list[str]:
+    return list(known_names())
+
+
+class Strict(BaseModel):
     # strict: YAML's `yes`/`true` must not pass as the integer 1 (`planes: yes`).
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-class FabricConfig(_Strict):
+class FabricConfig(Strict):
     """A two-tier multi-plane Clos: every GPU has one port per plane to a T0 of that plane,
     every T0 has one link to every T1 (spine) of its plane."""
 
-    kind: Literal["multiplane-clos", "fat-tree", "graph"] = "multiplane-clos"
-    gpus: int = Field(1024, ge=2)
-    planes: int = Field(8, ge=1, le=64)
-    port_gbps: float = 100.0
-    radix: int = Field(64, ge=2, le=4096)
-    oversubscription: float = Field(1.0, ge=1.0)
-    tiers: Literal[2, 3] = 2   # 3: fat-tree only
-    # kind graph: a networkx-readable file (GraphML, or an edge list "u v capacity_gbps"),
-    # relative to the scenario; kind fat-tree and graph: up to `paths` shortest paths per pair
-    file: str | None = Field(None, min_length=1, max_length=4096)
-    format: Literal["auto", "graphml", "edgelist"] = "auto"
-    paths: int = Field(8, ge=1, le=1024)
-    # servers: GPUs g*k .. g*k+g-1 share server k. With scaleup_gbps > 0 (per GPU and
-    # direction, e.g. 3600 for NVLink 4's 450 GB/s), traffic between GPUs of one server rides
-    # that scale-up domain and never touches the fabric; 0: no scale-up domain.
-    gpus_per_server: int = Field(8, ge=1, le=1024)
-    scaleup_gbps: float = Field(0.0, ge=0.0, le=MAX_RATE_GBPS)
-    # rail-optimised T0s: GPU i of every server is cabled to rail switch i (a T0 serves one
-    # local rank of D servers) instead of a T0 serving D consecutive GPUs
-    rail_optimised: bool = False
+    kind: Literal["multiplane-clos", "fat-tree", "graph"] = Field(
+        "multiplane-clos", description="multiplane-clos: the two-tier multi-plane Clos; "
+        "fat-tree: a fat tree of `tiers` tiers per plane; graph: the network in `file`.")
+    gpus: int = Field(1024, ge=2, description="GPUs (NICs) on the fabric.")
+    planes: int = Field(8, ge=1, le=64, description="Planes: each GPU has one port per plane "
+                        "(its NIC split into `planes` ports of `port_gbps`).")
+    port_gbps: NumberOrText = Field(100.0, description="Rate of one port and link, in Gbit/s; also "
+                             "written with a unit, e.g. 100G or 400 Gbit/s.")
+    radix: int = Field(64, ge=2, le=4096, description="Ports per switch.")
+    oversubscription: NumberOrText = Field(1.0, ge=1.0, description="Down:up ports of a T0, as a "
+                                    "number (3) or a ratio ('3:1'); 1 is full bisection.")
+    tiers: Literal[2, 3] = Field(2, description="Switch tiers; 3 for kind fat-tree only.")
+    file: str | None = Field(None, min_length=1, max_length=4096, description=(
+        "kind graph: a networkx-readable file (GraphML, or an edge list 'u v "
+        "capacity_gbps'), relative to the scenario's folder."))
+    format: Literal["auto", "graphml", "edgelist"] = Field(
+        "auto", description="The format of `file` (auto: by its name).")
+    paths: int = Field(8, ge=1, le=1024, description="kind fat-tree and graph: up to this "
+                       "many shortest candidate paths per GPU pair.")
+    gpus_per_server: int = Field(8, ge=1, le=1024, description=(
+        "GPUs per server: GPUs g*k .. g*k+g-1 share server k."))
+    scaleup_gbps: float = Field(0.0, ge=0.0, le=MAX_RATE_GBPS, description=(
+        "Scale-up bandwidth per GPU and direction in Gbit/s (e.g. 3600 for NVLink 4's 450 "
+        "GB/s): traffic between GPUs of one server rides it and never touches the fabric; 0: "
+        "no scale-up domain."))
+    rail_optimised: bool = Field(False, description=(
+        "Rail-optimised T0s: GPU i of every server is cabled to rail switch i (a T0 serves "
+        "one local rank of D servers) instead of a T0 serving D consecutive GPUs."))
 
     @field_validator("oversubscription", mode="before")
     @classmethod
@@ -96,16 +117,20 @@ class FabricConfig(_Strict):
         return rate
 
 
-class _WorkloadBase(_Strict):
+class _WorkloadBase(Strict):
     """What every workload item and job has: a name, its GPUs and their placement.
 
     `gpus`: 'all', a count, or an explicit list of GPU ids. `placement` picks a count's GPUs:
     contiguous (the lowest free ids: whole servers and T0s), random (seeded), strided (spread
     evenly over the fabric), explicit (the list). A job's ranks follow ascending GPU id."""
 
-    name: str | None = None
-    gpus: Literal["all"] | int | list[int] = "all"
-    placement: Literal["contiguous", "random", "strided", "explicit"] | None = None
+    name: str | None = Field(None, description="The item's name in reports (default: its "
+                             "collective and index).")
+    gpus: Literal["all"] | int | list[int] = Field(
+        "all", description="'all', a GPU count (>= 2), or an explicit list of GPU ids.")
+    placement: Literal["contiguous", "random", "strided", "explicit"] | None = Field(
+        None, description="How a count's GPUs are picked: contiguous (the lowest free ids), "
+        "random (seeded), strided (spread evenly), explicit (the list in `gpus`).")
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -124,7 +149,8 @@ class _WorkloadBase(_Strict):
 
 
 class _SizedBase(_WorkloadBase):
-    size: float = 2**30
+    size: NumberOrText = Field(2**30, description=(
+        "Bytes, as a number or with a unit (256MiB, 1GB)."))
 
     @field_validator("size", mode="before")
     @classmethod
@@ -141,8 +167,9 @@ class PermutationConfig(_SizedBase):
     `shift: k` sends GPU i to GPU i+k (mod N) in job order; without it the destinations are a
     random derangement (one random cycle), seeded."""
 
-    collective: Literal["permutation"]
-    shift: int | None = None
+    collective: Literal["permutation"] = Field(description="The kind of item: permutation.")
+    shift: int | None = Field(None, description="Send GPU i to GPU i+shift (mod N) in job "
+                              "order; default: a random derangement (one cycle), seeded.")
 
 
 class RankedConfig(_SizedBase):
@@ -150,8 +177,11 @@ class RankedConfig(_SizedBase):
     `hierarchical: true` runs the collective inside servers over the scale-up domain and
     between servers over the fabric, one ring per local rank (rail), as NCCL does."""
 
-    order: Literal["linear", "random"] = "linear"
-    hierarchical: bool = False
+    order: Literal["linear", "random"] = Field(
+        "linear", description="Rank order: linear (ascending GPU id) or random (seeded).")
+    hierarchical: bool = Field(False, description=(
+        "Run the collective inside servers over the scale-up domain and between servers over "
+        "the fabric, one ring per local rank (rail)."))
 
 
 class AllReduceConfig(RankedConfig):
@@ -160,24 +190,25 @@ class AllReduceConfig(RankedConfig):
     doubling all-gather, 2 log2 N steps (N a power of two); `tree`: NCCL's double binary tree,
     pipelined (every tree edge busy at once, each tree carrying half the data)."""
 
-    collective: Literal["all-reduce"]
-    algorithm: Literal["ring", "halving-doubling", "tree"] = "ring"
+    collective: Literal["all-reduce"] = Field(description="The kind of item: all-reduce.")
+    algorithm: Literal["ring", "halving-doubling", "tree"] = Field(
+        "ring", description="ring, halving-doubling (a power-of-two GPU count) or tree.")
 
 
 class AllGatherConfig(RankedConfig):
     """Ring all-gather: `size` is the gathered buffer (nccl-tests), each GPU contributes
     size/N; N-1 steps."""
 
-    collective: Literal["all-gather"]
-    algorithm: Literal["ring"] = "ring"
+    collective: Literal["all-gather"] = Field(description="The kind of item: all-gather.")
+    algorithm: Literal["ring"] = Field("ring", description="ring (the only one).")
 
 
 class ReduceScatterConfig(RankedConfig):
     """Ring reduce-scatter: `size` is each GPU's input buffer (nccl-tests); N-1 steps of
     size/N."""
 
-    collective: Literal["reduce-scatter"]
-    algorithm: Literal["ring"] = "ring"
+    collective: Literal["reduce-scatter"] = Field(description="The kind of item: reduce-scatter.")
+    algorithm: Literal["ring"] = Field("ring", description="ring (the only one).")
 
 
 class AllToAllConfig(_SizedBase):
@@ -185,22 +216,24 @@ class AllToAllConfig(_SizedBase):
     size/N to each). `skew` > 0 models mixture-of-experts routing: destination popularity
     falls as rank^-skew (Zipf) over a seeded random ranking of the job's GPUs."""
 
-    collective: Literal["all-to-all"]
-    skew: float = Field(0.0, ge=0.0, le=10.0)
+    collective: Literal["all-to-all"] = Field(description="The kind of item: all-to-all.")
+    skew: float = Field(0.0, ge=0.0, le=10.0, description=(
+        "Zipf exponent of destination popularity (mixture-of-experts routing); 0: uniform."))
 
 
 class IncastConfig(_SizedBase):
     """n-to-1: every GPU of the job but the first (rank 0) sends `size` bytes to rank 0."""
 
-    collective: Literal["incast"]
+    collective: Literal["incast"] = Field(description="The kind of item: incast.")
 
 
 class SendRecvConfig(_SizedBase):
     """Pairs (rank 2i, rank 2i+1) exchange `size` bytes, in both directions (`both`, as a
     pipeline-parallel boundary does with activations and gradients) or 2i -> 2i+1 only."""
 
-    collective: Literal["send-recv"]
-    direction: Literal["both", "forward"] = "both"
+    collective: Literal["send-recv"] = Field(description="The kind of item: send-recv.")
+    direction: Literal["both", "forward"] = Field(
+        "both", description="both: pairs exchange in both directions; forward: 2i -> 2i+1.")
 
 
 class TrafficConfig(_WorkloadBase):
@@ -208,12 +241,14 @@ class TrafficConfig(_WorkloadBase):
     [, start seconds]), .npz (src, dst, size [, start]) or htsim's connection matrix. Ids in
     the file are the job's ranks (with gpus: all, the fabric's GPU ids)."""
 
-    collective: Literal["traffic"]
-    file: str = Field(min_length=1, max_length=4096)
-    format: Literal["auto", "csv", "npz", "htsim"] = "auto"
+    collective: Literal["traffic"] = Field(description="The kind of item: traffic.")
+    file: str = Field(min_length=1, max_length=4096, description=(
+        "The traffic matrix, relative to the scenario's folder."))
+    format: Literal["auto", "csv", "npz", "htsim"] = Field(
+        "auto", description="The format of `file` (auto: by its name).")
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Strict):
     """The model of a `training` item: a transformer of `layers` x `hidden` (attention 4h^2
     and an MLP of 2 h ffn_hidden parameters per layer, 3 h ffn_hidden when `gated_mlp`;
     `parameters`, when given, rescales that count to the total); `sequence` tokens per sample,
@@ -223,24 +258,34 @@ class ModelConfig(_Strict):
     them. `recompute`: full activation recomputation (the backward pass repeats the forward's
     tensor- and expert-parallel communication)."""
 
-    layers: int = Field(ge=1, le=1_000_000)
-    hidden: int = Field(ge=1, le=10**7)
-    ffn_hidden: int | None = Field(None, ge=1, le=10**8)
-    gated_mlp: bool = False
-    parameters: float | None = Field(None, gt=0.0, le=1e16)
-    sequence: int = Field(2048, ge=1, le=10**8)
-    micro_batch: int = Field(1, ge=1, le=10**6)
-    micro_batches: int = Field(1, ge=1, le=10**6)
-    activation_bytes: float = Field(2.0, gt=0.0, le=64.0)
-    gradient_bytes: float = Field(2.0, gt=0.0, le=64.0)
-    parameter_bytes: float = Field(2.0, gt=0.0, le=64.0)
-    experts: int = Field(0, ge=0, le=1_000_000)
-    top_k: int = Field(2, ge=1, le=1_000_000)
-    moe_every: int = Field(1, ge=1, le=1_000_000)
-    recompute: bool = False
+    layers: int = Field(ge=1, le=1_000_000, description="Transformer layers.")
+    hidden: int = Field(ge=1, le=10**7, description="Hidden size h.")
+    ffn_hidden: int | None = Field(None, ge=1, le=10**8,
+                                   description="MLP hidden size (default: 4 h).")
+    gated_mlp: bool = Field(False, description="A gated MLP (3 h ffn_hidden parameters).")
+    parameters: float | None = Field(None, gt=0.0, le=1e16, description=(
+        "Total parameters; rescales the count from layers and hidden when given."))
+    sequence: int = Field(2048, ge=1, le=10**8, description="Tokens per sample.")
+    micro_batch: int = Field(1, ge=1, le=10**6, description="Samples per micro-batch.")
+    micro_batches: int = Field(1, ge=1, le=10**6, description=(
+        "Micro-batches per step (gradient accumulation)."))
+    activation_bytes: float = Field(2.0, gt=0.0, le=64.0,
+                                    description="Bytes per activation element.")
+    gradient_bytes: float = Field(2.0, gt=0.0, le=64.0,
+                                  description="Bytes per gradient element.")
+    parameter_bytes: float = Field(2.0, gt=0.0, le=64.0,
+                                   description="Bytes per parameter element.")
+    experts: int = Field(0, ge=0, le=1_000_000, description=(
+        "Experts of each mixture-of-experts layer; 0: a dense model."))
+    top_k: int = Field(2, ge=1, le=1_000_000, description="Experts each token is routed to.")
+    moe_every: int = Field(1, ge=1, le=1_000_000, description=(
+        "Every moe_every-th layer is a mixture of experts."))
+    recompute: bool = Field(False, description=(
+        "Full activation recomputation: the backward pass repeats the forward's tensor- and "
+        "expert-parallel communication."))
 
 
-class ParallelConfig(_Strict):
+class ParallelConfig(Strict):
     """How a `training` item is split: `tp` (tensor), `pp` (pipeline) and `dp` (data; default:
     the item's GPUs / (tp x pp)) ranks; `ep` expert-parallel ranks carved out of the
     data-parallel ones (as Megatron-LM does); `zero`: 0 all-reduces gradients, 1 and 2
@@ -250,26 +295,31 @@ class ParallelConfig(_Strict):
     fastest-varying first (Megatron-LM's default is tp-dp-pp: TP inside a server, then DP,
     then PP)."""
 
-    tp: int = Field(1, ge=1, le=1_000_000)
-    pp: int = Field(1, ge=1, le=1_000_000)
-    dp: int | None = Field(None, ge=1, le=1_000_000)
-    ep: int = Field(1, ge=1, le=1_000_000)
-    zero: Literal[0, 1, 2, 3] = 0
+    tp: int = Field(1, ge=1, le=1_000_000, description="Tensor-parallel ranks.")
+    pp: int = Field(1, ge=1, le=1_000_000, description="Pipeline-parallel stages.")
+    dp: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "Data-parallel ranks (default: the item's GPUs / (tp x pp))."))
+    ep: int = Field(1, ge=1, le=1_000_000, description=(
+        "Expert-parallel ranks, carved out of the data-parallel ones."))
+    zero: Literal[0, 1, 2, 3] = Field(0, description=(
+        "ZeRO stage: 0 all-reduces gradients; 1 and 2 shard the optimizer; 3 also shards "
+        "parameters (FSDP)."))
     order: Literal["tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp",
-                   "pp-dp-tp"] = "tp-dp-pp"
+                   "pp-dp-tp"] = Field("tp-dp-pp", description=(
+                       "How ranks map onto the item's GPUs, fastest-varying first."))
 
 
 class TrainingConfig(_WorkloadBase):
-    """One training step of a model split over its GPUs (README, "Training steps"): every
-    process group's collectives at once, phase by phase: tensor-parallel all-reduces,
-    pipeline sends, expert all-to-alls, data-parallel gradient reduction.
-    `microbatch_compute_s`: the forward plus backward compute of one micro-batch on one
-    pipeline stage (seconds), for the exposed communication and the step time."""
+    """One training step of a model split over its GPUs: every process group's collectives
+    at once, phase by phase: tensor-parallel all-reduces, pipeline sends, expert all-to-alls,
+    data-parallel gradient reduction."""
 
-    collective: Literal["training"]
-    model: ModelConfig
-    parallel: ParallelConfig = ParallelConfig()
-    microbatch_compute_s: float | None = Field(None, ge=0.0, le=1e6)
+    collective: Literal["training"] = Field(description="The kind of item: training.")
+    model: ModelConfig = Field(description="The model being trained.")
+    parallel: ParallelConfig = Field(ParallelConfig(), description="How it is split.")
+    microbatch_compute_s: float | None = Field(None, ge=0.0, le=1e6, description=(
+        "Forward plus backward compute of one micro-batch on one pipeline stage, in seconds "
+        "(for the exposed communication and the step time)."))
 
 
 class ChakraConfig(_WorkloadBase):
@@ -279,9 +329,12 @@ class ChakraConfig(_WorkloadBase):
     to the trace folder; default: its comm_group.json when present) or else from the ranks
     that use them. Trace rank r runs on the item's r-th GPU (ascending id)."""
 
-    collective: Literal["chakra"]
-    folder: str = Field(min_length=1, max_length=4096)
-    comm_groups: str | None = Field(None, min_length=1, max_length=4096)
+    collective: Literal["chakra"] = Field(description="The kind of item: chakra.")
+    folder: str = Field(min_length=1, max_length=4096, description=(
+        "The folder of `<prefix>.<rank>.et` trace files, relative to the scenario's folder."))
+    comm_groups: str | None = Field(None, min_length=1, max_length=4096, description=(
+        "Communicator groups ({pg_name: [ranks]}), relative to the trace folder (default: "
+        "its comm_group.json when present)."))
 
 
 WorkloadConfig = Annotated[
@@ -292,90 +345,43 @@ WorkloadConfig = Annotated[
 ]
 
 
-class EcmpConfig(_Strict):
-    """Per-flow ECMP: `qps` queue pairs per plane (per NIC port), each hashed onto one spine."""
-
-    qps: int = Field(1, ge=1, le=1024)
-
-
-# Where a spraying policy's entropy values land. routed: the sender names each EV's path
-# (MRC's SRv6 source routes), distinct and even across a plane's spines; hashed: every switch
-# hashes the EV onto an uplink (UEC fabrics, htsim), independently and with replacement.
-Placement = Literal["routed", "hashed"]
-
-
-class SprayConfig(_Strict):
-    """Oblivious spraying over `evs` entropy values (path slots), equal per plane, placed
-    `routed` (distinct, even) or `hashed` (each EV onto a random path of its plane)."""
-
-    evs: int = Field(128, ge=1, le=4096)
-    placement: Placement = "routed"
-
-
-class MrcConfig(_Strict):
-    """MRC adaptive spraying: `evs` entropy values per flow (equal per plane, the same initial
-    set as `spray` when the counts match); an EV whose path's worst controllable utilisation
-    exceeds the marking level, `threshold` x max(1, the fabric links' mean utilisation), is
-    marked and moves to a random spine of its plane with probability
-    damping * (u - level) / u. Stops when nothing is marked, when the fabric overload has not
-    improved by `tol` (relative) for `patience` iterations, or at `max_iters`. A failure set
-    starts from the no-failure equilibrium (a warm start) and stops after `failure_patience`
-    iterations without improvement (5: measured within 1.3% of `patience` 20's mean P100 over
-    failure sets, 3.5x faster; README "Failures"). `placement` places the initial EVs as
-    `spray.placement` does; a swap always draws a uniformly random path of the plane."""
-
-    evs: int = Field(128, ge=1, le=4096)
-    placement: Placement = "routed"
-    threshold: float = Field(1.0, gt=0.0, le=100.0)
-    damping: float = Field(0.3, gt=0.0, le=1.0)
-    max_iters: int = Field(500, ge=1, le=100_000)
-    tol: float = Field(0.01, ge=0.0, le=1.0)
-    patience: int = Field(20, ge=1, le=100_000)
-    failure_patience: int = Field(5, ge=1, le=100_000)
-
-
-class OptimalConfig(_Strict):
-    """The min-max-utilisation bound: iterate until the duality gap is below `tol` times the
-    bound, or `max_iters`."""
-
-    max_iters: int = Field(3000, ge=1, le=1_000_000)
-    tol: float = Field(1e-3, gt=0.0, le=1.0)
-
-
-class SolverConfig(_Strict):
+class SolverConfig(Strict):
     """Max-min rate solver and time model.
 
-    `eps`: progressive filling freezes every link within (1+eps) of the lowest fill level in one
-    round (0 = exact). `max_rounds` bounds the rounds; hitting it is reported as a status.
     Every collective step costs `step_latency_us` plus `hop_latency_us` per link of its
-    longest path (4 across the spines, 2 within a T0 or a server). `rates`: `auto` takes a
-    phase's time from the slowest max-min rate alone (exact, one pass) when all its flows send
-    the same bytes, and runs the full rounds otherwise; `full` always runs them (every flow's
-    own rate, `eps` and `max_rounds` apply).
+    longest path (4 across the spines, 2 within a T0 or a server). The progressive simulation
+    re-solves rates as flows finish and release their bandwidth; under `auto` it is given up
+    when from 32 events on it has finished a smaller share of its flows, and of its time span,
+    than it has spent of `max_events`."""
 
-    `progressive`: also simulate each phase flow by flow (finished flows release their
-    bandwidth and rates are re-solved) for the progressive completion time and the flow
-    completion times; at most `max_events` re-solves per phase, completions within a factor
-    (1 + `event_batch`) of the next one share an event. `auto`: for phases of up to 32,768
-    flows and 2^18 (flow, path) pairs, where it costs seconds, not minutes, and given up (status
-    `skipped`, no figures) when from 32 events on it has finished a smaller share of its flows,
-    and of its time span, than it has spent of `max_events`; `true` always runs it, to the cap.
-    `aggregate`: solve uniform phases (all-to-all) as (source T0, destination T0) classes —
-    `auto` when flow by flow would not fit (more than 2^25 flow-path pairs)."""
+    eps: float = Field(0.01, ge=0.0, le=0.5, description=(
+        "Progressive filling freezes every link within (1+eps) of the lowest fill level in "
+        "one round (0 = exact)."))
+    max_rounds: int = Field(2000, ge=1, le=1_000_000, description=(
+        "Most rounds of progressive filling; hitting it is reported as a status."))
+    step_latency_us: float = Field(0.0, ge=0.0, le=1e6, description=(
+        "Latency every collective step costs, in microseconds."))
+    hop_latency_us: float = Field(0.0, ge=0.0, le=1e6, description=(
+        "Latency per link of a step's longest path, in microseconds."))
+    rates: Literal["auto", "full"] = Field("auto", description=(
+        "auto: a phase whose flows all send the same bytes takes its time from the slowest "
+        "max-min rate alone (exact, one pass); full: always run the rounds."))
+    progressive: Literal["auto"] | bool = Field("auto", description=(
+        "Also simulate each phase flow by flow for the progressive completion time and the "
+        "flow completion times. auto: phases of up to 32,768 flows and 2^18 flow-path pairs, "
+        "given up (status skipped) when it falls behind its event budget; true: always, to "
+        "the cap."))
+    max_events: int = Field(256, ge=1, le=1_000_000, description=(
+        "Most rate re-solves per phase of the progressive simulation."))
+    event_batch: float = Field(0.01, ge=0.0, le=1.0, description=(
+        "Completions within a factor (1 + event_batch) of the next one share an event."))
+    aggregate: Literal["auto", "always", "never"] = Field("auto", description=(
+        "Solve uniform phases (all-to-all) as (source T0, destination T0) classes; auto: when "
+        "flow by flow would not fit (more than 2^25 flow-path pairs)."))
 
-    eps: float = Field(0.01, ge=0.0, le=0.5)
-    max_rounds: int = Field(2000, ge=1, le=1_000_000)
-    step_latency_us: float = Field(0.0, ge=0.0, le=1e6)
-    hop_latency_us: float = Field(0.0, ge=0.0, le=1e6)
-    rates: Literal["auto", "full"] = "auto"
-    progressive: Literal["auto"] | bool = "auto"
-    max_events: int = Field(256, ge=1, le=1_000_000)
-    event_batch: float = Field(0.01, ge=0.0, le=1.0)
-    aggregate: Literal["auto", "always", "never"] = "auto"
 
-
-class TransportConfig(_Strict):
-    """What a packet transport adds to a flow's bytes at its max-min rate (README "Transport").
+class TransportConfig(Strict):
+    """What a packet transport adds to a flow's bytes at its max-min rate.
 
     Every packet carries `mtu_bytes` of payload and `header_bytes` of headers, so a flow puts
     size x (1 + header/mtu) bytes on the wire (goodput below line rate). Its last byte also
@@ -387,14 +393,17 @@ class TransportConfig(_Strict):
     model). Defaults: a 4 KiB RoCE/UEC MTU, 64 header bytes (Ethernet, IP, UDP and the
     transport header), 1 us per link."""
 
-    enabled: bool = True
-    mtu_bytes: int = Field(4096, ge=256, le=65536)
-    header_bytes: int = Field(64, ge=0, le=4096)
-    link_latency_us: float = Field(1.0, ge=0.0, le=1e6)
-    ack_return: bool = True
+    enabled: bool = Field(True, description=(
+        "false: the bytes-over-rate fluid model, without headers or latency."))
+    mtu_bytes: int = Field(4096, ge=256, le=65536, description="Payload bytes per packet.")
+    header_bytes: int = Field(64, ge=0, le=4096, description="Header bytes per packet.")
+    link_latency_us: float = Field(1.0, ge=0.0, le=1e6, description=(
+        "Propagation and switching latency per link, in microseconds."))
+    ack_return: bool = Field(True, description=(
+        "A flow completes when its last byte is acknowledged: the links' latency once more."))
 
 
-class FailureKindConfig(_Strict):
+class FailureKindConfig(Strict):
     """One kind of failed component. A failure set holds every component in `names`, plus
     `random` components drawn uniformly without replacement, plus each remaining component
     independently with `probability`; the random parts are drawn anew for every set.
@@ -402,9 +411,19 @@ class FailureKindConfig(_Strict):
     Shorthand: ``links: 4`` means ``{random: 4}``; ``links: [plane0/t0-3/up5]`` means
     ``{names: [...]}``."""
 
-    names: list[str] = []
-    random: int = Field(0, ge=0, le=1_000_000)
-    probability: float = Field(0.0, ge=0.0, le=1.0)
+    names: Annotated[list[str], WithJsonSchema(
+        {"type": "array", "items": {"type": ["string", "integer"]}})] = Field([], description=(
+        "Components that fail in every set, by name (planes may be bare numbers)."))
+    random: int = Field(0, ge=0, le=1_000_000, description=(
+        "Components drawn uniformly without replacement for each set."))
+    probability: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Each remaining component fails independently with this probability."))
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict:
+        # the shorthands are part of the file format: `links: 4`, `links: [name, ...]`
+        return {"anyOf": [handler(core_schema), {"type": "integer", "minimum": 0},
+                          {"type": "array", "items": {"type": ["string", "integer"]}}]}
 
     @model_validator(mode="before")
     @classmethod
@@ -432,44 +451,47 @@ class FailureKindConfig(_Strict):
 class SwitchFailureConfig(FailureKindConfig):
     """Whole switches (every link of the switch): `tier` restricts the random draws."""
 
-    tier: Literal["t0", "t1", "any"] = "any"
+    tier: Literal["t0", "t1", "any"] = Field("any", description=(
+        "The tier the random draws come from."))
 
 
 class DegradedConfig(FailureKindConfig):
     """Cables still up at a fraction `factor` of their capacity (both directions), e.g. 0.75
     for a 4-lane transceiver with one lane down. Fabric (T0-T1) cables are drawn at random."""
 
-    factor: float = Field(0.5, gt=0.0, lt=1.0)
+    factor: float = Field(0.5, gt=0.0, lt=1.0, description=(
+        "The fraction of its capacity a degraded cable keeps."))
 
 
-class FailuresConfig(_Strict):
-    """Failure sets, and how each policy reacts (see README, "Failures").
+class FailuresConfig(Strict):
+    """Failure sets, and how each policy reacts."""
 
-    links: T0-T1 cables (both directions; names may also be host cables); switches: T0 or T1
-    switches; nic_ports: one GPU's port on one plane (both directions); planes: whole planes;
-    degraded: cables at reduced capacity. `samples` sets are drawn (default 100 when anything
-    is random, else 1), seeded by `seed` (default: the scenario's)."""
-
-    samples: int | None = Field(None, ge=1, le=1_000_000)
-    seed: int | None = Field(None, ge=0, le=2**31 - 1)
-    links: FailureKindConfig = FailureKindConfig()
-    switches: SwitchFailureConfig = SwitchFailureConfig()
-    nic_ports: FailureKindConfig = FailureKindConfig()
-    planes: FailureKindConfig = FailureKindConfig()
-    degraded: DegradedConfig = DegradedConfig()
-    # routing (BGP) reconvergence: ECMP flows hashed onto a dead path, and oblivious spraying's
-    # EVs on one, are black-holed this long
-    reconvergence_s: float = Field(5.0, ge=0.0, le=1e6)
-    # RDMA transport timeout; a stall at least this long fails the job (NCCL_IB_TIMEOUT=20 and
-    # 7 retries: 7 x 4.096 us x 2^20 = 30 s)
-    transport_timeout_s: float = Field(30.0, gt=0.0, le=1e6)
-    # MRC retires an EV at its first lost packet: tens of microseconds
-    mrc_reaction_us: float = Field(50.0, ge=0.0, le=1e12)
-    # a crashed job restarts from its last checkpoint: restart plus recomputed work
-    restart_s: float = Field(600.0, ge=0.0, le=1e7)
-    # failure sets per device call (default: 16 on a CPU, sized to the memory of an
-    # accelerator). It never changes a result: the JSON is byte-identical for every chunk.
-    chunk: int | None = Field(None, ge=1, le=1_000_000)
+    samples: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "Failure sets drawn (default: 100 when anything is random, else 1)."))
+    seed: int | None = Field(None, ge=0, le=2**31 - 1, description=(
+        "Seed of the draws (default: the scenario's)."))
+    links: FailureKindConfig = Field(FailureKindConfig(), description=(
+        "T0-T1 cables, both directions (names may also be host cables)."))
+    switches: SwitchFailureConfig = Field(SwitchFailureConfig(), description=(
+        "Whole T0 or T1 switches."))
+    nic_ports: FailureKindConfig = Field(FailureKindConfig(), description=(
+        "One GPU's port on one plane, both directions."))
+    planes: FailureKindConfig = Field(FailureKindConfig(), description="Whole planes.")
+    degraded: DegradedConfig = Field(DegradedConfig(), description=(
+        "Cables at reduced capacity."))
+    reconvergence_s: float = Field(5.0, ge=0.0, le=1e6, description=(
+        "Routing (BGP) reconvergence in seconds: ECMP flows hashed onto a dead path, and "
+        "oblivious spraying's EVs on one, are black-holed this long."))
+    transport_timeout_s: float = Field(30.0, gt=0.0, le=1e6, description=(
+        "RDMA transport timeout in seconds; a stall at least this long fails the job "
+        "(NCCL_IB_TIMEOUT=20 and 7 retries: 7 x 4.096 us x 2^20 = 30 s)."))
+    mrc_reaction_us: float = Field(50.0, ge=0.0, le=1e12, description=(
+        "MRC retires an EV at its first lost packet: its reaction time in microseconds."))
+    restart_s: float = Field(600.0, ge=0.0, le=1e7, description=(
+        "A crashed job's restart from its last checkpoint, plus recomputed work, in seconds."))
+    chunk: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "Failure sets per device call (default: 16 on a CPU, sized to an accelerator's "
+        "memory); never changes a result."))
 
     @property
     def kinds(self) -> dict[str, FailureKindConfig]:
@@ -483,34 +505,43 @@ class FailuresConfig(_Strict):
         return 100 if any(kind.drawn for kind in self.kinds.values()) else 1
 
 
-class ReliabilityConfig(_Strict):
+class ReliabilityConfig(Strict):
     """Component failure rates (events per component per hour) for the reliability what-if:
     expected failure events that hit each job, stall time and crash probability per policy.
     `step_time_s`: one training step (for events per 1,000 steps); `hours`: the horizon of the
     crash probability."""
 
-    link_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0)
-    switch_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0)
-    nic_port_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0)
-    step_time_s: float | None = Field(None, gt=0.0, le=1e6)
-    hours: float = Field(24.0, gt=0.0, le=1e6)
+    link_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Failure events per cable per hour."))
+    switch_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Failure events per switch per hour."))
+    nic_port_failures_per_hour: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Failure events per NIC port per hour."))
+    step_time_s: float | None = Field(None, gt=0.0, le=1e6, description=(
+        "One training step in seconds, for events per 1,000 steps."))
+    hours: float = Field(24.0, gt=0.0, le=1e6, description=(
+        "The horizon of the crash probability, in hours."))
 
 
-class BomConfig(_Strict):
-    """Bill-of-materials assumptions (`fabricjax topo`, sweeps): see fabricjax.bom for the
-    sources. switch_watts_51t: W of a 51.2 Tbit/s switch without optics (others scale with
-    radix x port rate); switch_watts: one flat figure per switch instead; optic_watts: W per
-    pluggable module by its speed in Gbit/s (merged into the defaults); module_gbps and
-    module_lanes: a module's capacity and lanes (800G OSFP, 8 x 100G breakout); host_links:
-    optics or copper between NICs and T0s; copper_watts_per_end: W per copper cable end."""
+class BomConfig(Strict):
+    """Bill-of-materials assumptions (`fabricjax topo`, sweeps): see `fabricjax.fabric.bom`
+    for the sources."""
 
-    switch_watts_51t: float = Field(2000.0, ge=0.0, le=1e6)
-    switch_watts: float | None = Field(None, ge=0.0, le=1e6)
-    optic_watts: dict[float, float] = {}
-    module_gbps: float = Field(800.0, ge=1.0, le=1e5)
-    module_lanes: int = Field(8, ge=1, le=64)
-    host_links: Literal["optics", "copper"] = "optics"
-    copper_watts_per_end: float = Field(0.0, ge=0.0, le=1e4)
+    switch_watts_51t: float = Field(2000.0, ge=0.0, le=1e6, description=(
+        "Watts of a 51.2 Tbit/s switch without optics (others scale with radix x port "
+        "rate)."))
+    switch_watts: float | None = Field(None, ge=0.0, le=1e6, description=(
+        "One flat figure in watts per switch instead."))
+    optic_watts: dict[float, float] = Field({}, description=(
+        "Watts per pluggable module by its speed in Gbit/s (merged into the defaults)."))
+    module_gbps: float = Field(800.0, ge=1.0, le=1e5, description=(
+        "A module's capacity in Gbit/s (800G OSFP)."))
+    module_lanes: int = Field(8, ge=1, le=64, description=(
+        "A module's lanes (8 x 100G breakout)."))
+    host_links: Literal["optics", "copper"] = Field("optics", description=(
+        "Optics or copper between NICs and T0s."))
+    copper_watts_per_end: float = Field(0.0, ge=0.0, le=1e4, description=(
+        "Watts per copper cable end."))
 
     @field_validator("optic_watts")
     @classmethod
@@ -522,28 +553,42 @@ class BomConfig(_Strict):
         return value
 
     def overrides(self) -> dict:
-        """The fields set away from the defaults, as fabricjax.bom.assumptions takes them."""
+        """The fields set away from the defaults, as `fabric.bom.assumptions` takes them."""
         return self.model_dump(exclude_defaults=True)
 
 
-class Scenario(_Strict):
-    name: str = "scenario"
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    fabric: FabricConfig = FabricConfig()
-    workload: list[WorkloadConfig] = []
-    # jobs share the fabric at once, on disjoint GPUs: each is also reported alone
-    jobs: list[WorkloadConfig] = []
+class Scenario(Strict):
+    """A scenario: the fabric, the traffic, the failures, the policies to compare.
+
+    Besides the fields below, each registered policy that has settings owns a section under
+    its name (`mrc: {evs: 128}`), validated by the settings model it registered
+    (`core.registry.sections`). They are extra fields here, so that this layer names no
+    policy: the loader (`scenario.check_sections`) checks them, fills in the defaults and
+    refuses unknown keys; `scenario.mrc` then reads like any section."""
+
+    # extra: the policies' sections (every other key is refused by `scenario.check_sections`)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
+
+    name: str = Field("scenario", description="The scenario's name in reports (default: "
+                      "the file's name).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random draw.")
+    fabric: FabricConfig = Field(FabricConfig(), description="The network.")
+    workload: list[WorkloadConfig] = Field([], description=(
+        "Collectives and traffic, each analysed alone on the whole fabric."))
+    jobs: list[WorkloadConfig] = Field([], description=(
+        "Jobs sharing the fabric at once, on disjoint GPUs; each is also reported alone."))
     policies: list[Annotated[str, AfterValidator(_known_policy)]] = Field(
-        default=list(POLICIES), min_length=1)
-    ecmp: EcmpConfig = EcmpConfig()
-    spray: SprayConfig = SprayConfig()
-    mrc: MrcConfig = MrcConfig()
-    optimal: OptimalConfig = OptimalConfig()
-    solver: SolverConfig = SolverConfig()
-    transport: TransportConfig = TransportConfig()
-    failures: FailuresConfig | None = None
-    reliability: ReliabilityConfig | None = None
-    bom: BomConfig = BomConfig()
+        default_factory=_registered_policies, description=(
+            "The load-balancing policies to compare (default: every registered one)."))
+    solver: SolverConfig = Field(SolverConfig(), description=(
+        "Max-min rate solver and time model."))
+    transport: TransportConfig = Field(TransportConfig(), description=(
+        "What a packet transport adds to a flow's bytes."))
+    failures: FailuresConfig | None = Field(None, description=(
+        "Failure sets to draw (none: the healthy fabric only)."))
+    reliability: ReliabilityConfig | None = Field(None, description=(
+        "Component failure rates for the reliability what-if."))
+    bom: BomConfig = Field(BomConfig(), description="Bill-of-materials assumptions.")
 
     # Where the scenario came from (not fields: they never reach a report's config). The
     # folder of its file, against which traffic and graph files resolve, and the flows of
@@ -557,7 +602,32 @@ class Scenario(_Strict):
     def _unique(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError(f"each policy may appear once, got {value}")
+        if not value and known_names():
+            raise ValueError("needs at least 1 policy; allowed: "
+                             f"{', '.join(repr(n) for n in known_names())}")
         return value
+
+    @model_serializer(mode="wrap")
+    def _sections_in_place(self, handler: Any) -> dict:
+        # the policies' sections follow `policies`, where the reports have always shown them
+        data = handler(self)
+        if not self.policies and "policies" not in self.model_fields_set:
+            # parsed before any policy registered: the default is still to come, and a copy
+            # made from this dump must get it too (`scenario.check_sections`)
+            data.pop("policies", None)
+        extra = {k: data.pop(k) for k in (self.__pydantic_extra__ or {}) if k in data}
+        if "policies" not in data:
+            return {**data, **extra}
+        out = {}
+        for key, value in data.items():
+            out[key] = value
+            if key == "policies":
+                out.update(extra)
+        return out
+
+    def section(self, name: str) -> Any:
+        """The section of policy `name` (its settings model), None when it has none."""
+        return (self.__pydantic_extra__ or {}).get(name)
 
     @property
     def base_dir(self) -> Path | None:
@@ -582,6 +652,30 @@ class Scenario(_Strict):
         """Every workload item then every job, as (section, index, config)."""
         return ([("workload", i, w) for i, w in enumerate(self.workload)] +
                 [("jobs", i, j) for i, j in enumerate(self.jobs)])
+
+
+def scenario_schema() -> dict:
+    """The JSON Schema of a scenario file, with a section for every registered policy that
+    has settings (under its name) and `policies` limited to the registered names."""
+    names = known_names()
+    fields: dict[str, Any] = {
+        name: (model, Field(default_factory=model, description=_first_paragraph(model)))
+        for name, model in sections().items()}
+    if names:
+        fields["policies"] = (list[Literal[names]], Field(  # type: ignore[valid-type]
+            default_factory=_registered_policies, min_length=1,
+            description=Scenario.model_fields["policies"].description))
+
+    class Checked(Scenario):
+        model_config = ConfigDict(extra="forbid")
+
+    model = create_model("Scenario", __base__=Checked, __doc__=Scenario.__doc__, **fields)
+    schema = model.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def _first_paragraph(model: type) -> str:
+    return " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
 
 
 # --------------------------------------------------------------------------- derived counts

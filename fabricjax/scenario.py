@@ -6,6 +6,13 @@ strict pydantic models of `fabricjax.config`, then checks what a schema cannot: 
 is buildable, that the workload's GPUs exist, that failure names are components of the fabric,
 and that graph and traffic files read cleanly. Defaults, then the file, then command-line
 overrides (`with_overrides`): the later wins.
+
+A policy's section (`mrc:`) is checked against the settings model its policy registered
+(`core.registry`; importing `fabricjax.policies` registers the built-in ones, as the engine,
+the studies and the `schema` command do). A process that registered no policy (one that
+solves nothing, such as `fabricjax topo`, which never imports JAX) keeps the sections as given;
+`check_sections` checks them once the policies are registered (the engine's memory check and
+`Policy.section` call it).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from fabricjax.config import (COLLECTIVES, AllReduceConfig, PermutationConfig, R
                               Scenario, SendRecvConfig, TrafficConfig, TrainingConfig,
                               job_size)
 from fabricjax.core.errors import ScenarioError, one_line, short_repr
+from fabricjax.core.registry import known_names, lookup, sections
 from fabricjax.fabric.build import build
 from fabricjax.fabric.failures import check_failures
 from fabricjax.fabric.spec import check_fabric
@@ -32,17 +40,44 @@ from fabricjax.workload.build import traffic_flow_counts
 from fabricjax.workload.flows import MAX_PHASE_FLOWS
 
 
-def check_policies(scenario: Scenario) -> None:
-    """EVs are assigned equally per plane, so their count must divide evenly."""
-    planes = scenario.fabric.planes
-    for section in ("spray", "mrc"):
-        evs = getattr(scenario, section).evs
-        if evs % planes:
-            raise ScenarioError(
-                f"{section}.evs",
-                f"{evs} EVs cannot be split equally over {planes} planes; allowed: multiples "
-                f"of fabric.planes ({planes}, {2 * planes}, ..., "
-                f"e.g. {planes * max(1, round(evs / planes))})")
+def check_sections(scenario: Scenario) -> Scenario:
+    """Check the policies' sections against the registered settings models, in place: every
+    extra key must be a registered policy's section; each section is validated (its defaults
+    filled in, a missing one added), the `policies` named must be registered, then each
+    policy's own `check` runs. ScenarioError names the first bad field. Nothing happens while
+    no policy is registered. Returns `scenario`."""
+    if not known_names():
+        return scenario
+    models = sections()
+    extra = scenario.__pydantic_extra__
+    if not scenario.policies and "policies" not in scenario.model_fields_set:
+        # parsed before any policy registered: the default, every registered one, is known now
+        scenario.__dict__["policies"] = list(known_names())
+    for key in extra:
+        if key not in models:
+            raise ScenarioError(key, f"unknown field {key!r}; allowed: "
+                                f"{', '.join(allowed_fields(()) or ())}")
+    for i, name in enumerate(scenario.policies):
+        if name not in known_names():
+            allowed = ", ".join(repr(n) for n in known_names())
+            raise ScenarioError(f"policies[{i}]", f"unknown policy (got {_short(name)}); "
+                                f"allowed: {allowed}")
+    if not scenario.policies:
+        raise ScenarioError("policies", "needs at least 1 policy")
+    checked = {}
+    for name, model in models.items():
+        value = extra.get(name, {})
+        if not isinstance(value, model):
+            try:
+                value = model.model_validate({} if value is None else value)
+            except pydantic.ValidationError as err:
+                raise _format_validation_error(err, model, (name,)) from None
+        checked[name] = value
+    extra.clear()      # in the registry's order, whatever the file's
+    extra.update(checked)
+    for name in known_names():
+        lookup(name).check(scenario)
+    return scenario
 
 
 def check_workload(scenario: Scenario) -> None:
@@ -170,9 +205,14 @@ def _strip_annotated(annotation: Any) -> Any:
     return annotation
 
 
-def allowed_fields(loc: tuple) -> list[str] | None:
-    """Field names allowed at `loc` (the parent of an unknown key), walking the models."""
-    node: Any = Scenario
+def allowed_fields(loc: tuple, root: type[BaseModel] = Scenario) -> list[str] | None:
+    """Field names allowed at `loc` (the parent of an unknown key), walking the models from
+    `root` (the scenario: its fields, then the registered policies' sections)."""
+    if root is Scenario and loc and loc[0] in sections():
+        root, loc = sections()[loc[0]], loc[1:]
+    elif root is Scenario and not loc:
+        return list(Scenario.model_fields) + list(sections())
+    node: Any = root
     for part in loc:
         node = _strip_annotated(node)
         if isinstance(node, type) and issubclass(node, BaseModel):
@@ -259,17 +299,20 @@ def _check_values(data: Any) -> None:
             stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
 
 
-def _format_validation_error(err: pydantic.ValidationError) -> ScenarioError:
+def _format_validation_error(err: pydantic.ValidationError, root: type[BaseModel] = Scenario,
+                             prefix: tuple = ()) -> ScenarioError:
+    """One ScenarioError for the first error of validating `root` (a policy's section, named
+    by `prefix`, or the scenario)."""
     first = err.errors()[0]
     loc = tuple(first["loc"])
-    path = _field_path(loc)
+    path = _field_path(prefix + loc)
     kind = first["type"]
     msg = first["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix):]
     if kind == "extra_forbidden":
-        allowed = allowed_fields(loc[:-1])
+        allowed = allowed_fields(loc[:-1], root)
         message = f"unknown field {loc[-1]!r}"
         if allowed:
             message += f"; allowed: {', '.join(allowed)}"
@@ -321,7 +364,7 @@ def parse_scenario(data: Any, *, default_name: str = "scenario", base_dir: Path 
     scenario.located(base_dir, traffic_flows)
     check_fabric(scenario.fabric)
     check_workload(scenario)
-    check_policies(scenario)
+    check_sections(scenario)
     if scenario.failures is not None:
         check_failures(scenario)
     return scenario
@@ -448,7 +491,7 @@ def result_config(scenario: Scenario) -> dict:
     records it: `failures.chunk` left out (it never changes a result), and under `files` the
     SHA-256 of every file the scenario reads, so an edited traffic or graph file is caught
     like an edited scenario."""
-    data = scenario.model_dump(mode="json", exclude={"failures": {"chunk"}})
+    data = check_sections(scenario).model_dump(mode="json", exclude={"failures": {"chunk"}})
     files = {}
     for field, path in input_files(scenario).items():
         try:

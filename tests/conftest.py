@@ -30,6 +30,7 @@ settings.register_profile("dev")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
                                      "ci" if os.environ.get("CI") else "dev"))
 
+import fabricjax.policies  # noqa: E402,F401  (registers the built-in policies' settings)
 from fabricjax.core.cache import enable_compile_cache
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.config import FabricConfig

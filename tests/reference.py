@@ -1,7 +1,8 @@
 """Slow, obvious reference implementations that the vectorised core is checked against.
 
 Everything here is plain Python / numpy / networkx loops in float64, written from the textual
-definitions (DESIGN.md sections 1 and 4) and never from the library's index arithmetic, so a
+definitions of the domain (collectives as steps of flows, link load as a sum over paths,
+max-min fairness by progressive filling) and never from the library's index arithmetic, so a
 shared mistake is unlikely. Speed is irrelevant: inputs are a few dozen flows and links.
 """
 

@@ -1,4 +1,4 @@
-"""Collectives, placement, servers and jobs sharing the fabric (issue 5).
+"""Collectives, placement, servers and jobs sharing the fabric.
 
 Each collective's bytes per GPU are checked against its textbook formula, bus bandwidth
 against nccl-tests' definition on an uncontended fabric, incast against n x size / port rate,

@@ -1,4 +1,4 @@
-"""Compile once, reuse everywhere (issue 16): a second scenario whose phases fall in the same
+"""Compile once, reuse everywhere: a second scenario whose phases fall in the same
 shape bucket traces and compiles nothing new, whatever its seed, sizes, job size or swept
 options; the padding that makes the buckets changes no number.
 

@@ -1,4 +1,4 @@
-"""Issue 6 through the command line: `topo` prints the bill of materials and its baseline,
+"""Fabric design through the command line: `topo` prints the bill of materials and its baseline,
 `sweep` evaluates a grid and writes CSV / JSON, `analyze --sensitivity` names the links to
 upgrade, `--plot` writes figures. Tiny fabrics; the numbers are checked in test_bom,
 test_sweep, test_sensitivity and test_plots."""

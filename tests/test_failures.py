@@ -1,4 +1,4 @@
-"""Failure sets (`fabricjax.failures`) and what they cost (`fabricjax.resilience`).
+"""Failure sets (`fabricjax.fabric.failures`) and what they cost (`fabricjax.study.resilience`).
 
 Names are checked against the fabric's link arrays and documented node numbering; masks and
 masked loads against a slow reference that walks the reference graph (tests/reference.py) and
@@ -90,7 +90,7 @@ def names_error(data_failures: dict, fabric: dict = FABRIC) -> ScenarioError:
 class Ref:
     """The reference graph of a fabric, the map from its directed edges to the library's link
     ids (through the documented node numbering), and failure components parsed from their
-    names independently of `fabricjax.failures`."""
+    names independently of `fabricjax.fabric.failures`."""
 
     def __init__(self, fabric_cfg: dict):
         cfg = FabricConfig(**fabric_cfg)

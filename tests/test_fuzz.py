@@ -59,6 +59,7 @@ from typer.testing import CliRunner
 
 from fabricjax.core.errors import ScenarioError, one_line
 from fabricjax.config import Scenario, job_size, two_tier_ports
+from fabricjax.core.registry import sections
 from fabricjax.scenario import load_scenario, with_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,6 +227,8 @@ def _schema_bounds() -> dict[str, set]:
                 walk(arg)
 
     walk(Scenario)
+    for section in sections().values():     # the policies' sections, from their registry
+        walk(section)
     return bounds
 
 

@@ -1,4 +1,4 @@
-"""Fat-tree and graph fabrics through `analyze` and the command line (issue 6's families):
+"""Fat-tree and graph fabrics through `analyze` and the command line (the fabric families):
 full-bisection fat trees spray at P100 1, a graph file's degraded cable shows up, and what
 the graph path does not model is refused naming the field."""
 

@@ -31,8 +31,10 @@ from fabricjax.report.json import report_dict
 from fabricjax.report.topo import topo_table
 from fabricjax.study.analyze import analyze
 from fabricjax.core.errors import ScenarioError
-from fabricjax.config import POLICIES
+from fabricjax.core.registry import known_names
 from fabricjax.scenario import parse_scenario
+
+POLICIES = known_names()   # every registered policy, in the reports' order
 
 # 10 GPUs on 3 T0s per plane (the last one half full), 4 spines per plane, 2 planes: a whole
 # plane is 7 switch nodes, so a plane plus one switch still pads to 8.

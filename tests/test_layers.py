@@ -1,4 +1,4 @@
-"""The package's layering (README, "Layout"; DESIGN section 6), enforced on the source.
+"""The package's layering (README, "Layout"), enforced on the source.
 
 Walks the AST of every module of `fabricjax/` and `cli/` and fails on: an import of a layer
 above (or of another folder of the same layer), an import that runs against a folder's

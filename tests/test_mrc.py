@@ -1,4 +1,4 @@
-"""MRC adaptive spraying (`fabricjax.mrc`) against a slow reference of one iteration's
+"""MRC adaptive spraying (`fabricjax.policies.mrc`) against a slow reference of one iteration's
 measurement, its invariants on random small fabrics, the adaptation's benefit over oblivious
 spraying, determinism and retracing, eager == jit, the bundled quickstart, and dead links."""
 

@@ -1,4 +1,4 @@
-"""Outputs never destroy what they point at (issue 19, item 5), and streams keep whole lines.
+"""Outputs never destroy what they point at, and streams keep whole lines.
 
 Contract checked here: `core.output.write_output` renames a temporary file over a regular file
 only (a symlink's target gets the new content, the link stays a link), writes straight into a

@@ -1,6 +1,7 @@
 """The wheel installs cleanly: the package and its command-line app under names of their own
-(no top-level `cli` in site-packages to collide with another project's), and the installed
-`fabricjax` script runs from a fresh environment."""
+(no top-level `cli` in site-packages to collide with another project's), every module of the
+source tree is in it (the packages are found, not listed), and the installed `fabricjax`
+script runs from a fresh environment."""
 
 from __future__ import annotations
 
@@ -12,16 +13,39 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_wheel_installs_into_a_fresh_environment(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-         "-w", str(tmp_path / "dist"), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
         capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "dist").glob("fabricjax-*.whl")
+    (found,) = dist.glob("fabricjax-*.whl")
+    return found
+
+
+def source_modules() -> set[str]:
+    """Every module of the tracked source tree as the wheel names it (cli/ as fabricjax_cli/)."""
+    listed = subprocess.run(["git", "ls-files", "fabricjax", "cli"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.split()
+    return {("fabricjax_cli" + name[len("cli"):]) if name.startswith("cli/") else name
+            for name in listed if name.endswith(".py")}
+
+
+def test_the_wheel_holds_every_module(wheel):
+    modules = source_modules()
+    assert "fabricjax/engine/plan.py" in modules and "fabricjax_cli/main.py" in modules
+    packed = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
+    assert modules - packed == set(), "modules missing from the wheel"
+    assert packed - modules == set(), "modules in the wheel but not in the source tree"
+
+
+def test_wheel_installs_into_a_fresh_environment(wheel, tmp_path):
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert "fabricjax" in tops and "fabricjax_cli" in tops
     assert "cli" not in tops and "tests" not in tops and "bench" not in tops

@@ -1,4 +1,4 @@
-"""Entropy placement (issue 17): spraying's EVs routed by the sender (distinct, even) or hashed
+"""Entropy placement: spraying's EVs routed by the sender (distinct, even) or hashed
 by the switches (independent, with replacement), on the Clos and on stored-path fabrics, and
 what a report says about it. References are hand counts over the drawn slots."""
 

@@ -1,4 +1,4 @@
-"""Issue 20: results a network engineer reads right the first time.
+"""Results a network engineer reads right the first time.
 
 Each test here failed before the change it guards: an incast read "slowdown 1.000x" against
 an "ideal" that already counted the receiver's NIC; `event_limit` sat in the completion

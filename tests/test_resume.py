@@ -1,4 +1,4 @@
-"""Long studies that lose nothing (issue 19): streamed results, `--resume` after a kill.
+"""Long studies that lose nothing: streamed results, `--resume` after a kill.
 
 Contract checked here: a failure study and a sweep hand every finished failure set / point
 over as soon as it is computed, in order; resumed from any prefix of what they streamed they
@@ -299,7 +299,7 @@ def test_a_killed_run_resumes_to_the_same_outputs(tmp_path, kind):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sweep", "study"])
 def test_twenty_random_kills_each_resume_to_the_same_outputs(tmp_path, kind):
-    """Issue 19's target: 20 runs killed at random moments, each resumed to the end (every
+    """The target: 20 runs killed at random moments, each resumed to the end (every
     fourth also killed again while resuming), all with the outputs of an uninterrupted run.
     Prints what the kills hit (README, "Long runs")."""
     seed = int(os.environ.get("FABRICJAX_KILL_SEED", time.time()))

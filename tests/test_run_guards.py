@@ -18,10 +18,9 @@ import pytest
 
 from fabricjax.core.errors import ScenarioError
 from fabricjax.engine.plan import (
-    check_memory, estimate_memory, max_flows, slots_per_flow,
+    check_memory, coefficients, estimate_memory, max_flows, slots_per_flow,
 )
 from fabricjax.report.json import NonFiniteError, finite as _finite
-from fabricjax.policies import get
 from fabricjax.scenario import parse_scenario
 from test_cli import _env, assert_one_line_error, fabricjax
 
@@ -56,7 +55,7 @@ def test_estimate_grows_with_every_dimension():
     no_mrc = estimate_memory(parse_scenario({**BIG, "policies": ["ecmp", "spray"]}))
     assert more_evs.total > base.total > fewer_gpus.total and no_mrc.total < base.total
     assert base.solve_policy == "mrc" and base.flows == 131072 and base.slots == 128
-    assert base.solve == get("mrc").bytes_per_slot * 131072 * 128
+    assert base.solve == coefficients("mrc").bytes_per_slot * 131072 * 128
     with_failures = estimate_memory(parse_scenario({**BIG, "failures": {"samples": 1000,
                                                                         "links": 2}}))
     assert with_failures.failure_records > 0 and with_failures.total > base.total

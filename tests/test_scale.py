@@ -1,4 +1,4 @@
-"""Issue 7: the speed paths must not change what is computed.
+"""The speed paths must not change what is computed.
 
 * `solver.rates: auto` (the slowest max-min rate in one pass when every flow sends the same
   bytes) gives the phase time and slowest rate of the full progressive filling;

@@ -1,5 +1,6 @@
-"""Capacity gradients of P100 and phase time (fabricjax.sensitivity) against central finite
-differences of the same functions, the solver's own values, and their invariants.
+"""Capacity gradients of P100 and phase time (`fabricjax.study.sensitivity`,
+`fabricjax.solver.gradients`) against central finite differences of the same functions, the
+solver's own values, and their invariants.
 
 Hard (temperature 0) gradients are compared only where the max / min link is unique by a
 clear margin (elsewhere the function has a kink and finite differences mean nothing); the

@@ -1,4 +1,4 @@
-"""Transport overheads (issue 17): headers stretch a flow's bytes, every flow pays its path's
+"""Transport overheads: headers stretch a flow's bytes, every flow pays its path's
 link latency, one packet's store-and-forward per switch and the acknowledgement's way back.
 Every expected figure below is worked out by hand from the scenario's numbers."""
 

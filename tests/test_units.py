@@ -1,4 +1,4 @@
-"""`fabricjax.units`: sizes (bytes) and rates (Gbit/s) written by people.
+"""`fabricjax.core.units`: sizes (bytes) and rates (Gbit/s) written by people.
 
 Good values parse to a positive finite float in the documented unit; anything else (a sign, zero,
 an unknown unit, a boolean, a non-number) raises ValueError whose message shows an example of

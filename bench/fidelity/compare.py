@@ -14,7 +14,7 @@ hashed EVs as htsim's switches hash them, the progressive simulation for per-flo
 Policies: htsim `-paths 1` (one entropy per connection) against ecmp; `oblivious` with 128 EVs
 against spray; `reps` and `bitmap` with 128 EVs against mrc. Figures are inverted-CDF
 quantiles of the per-flow FCTs, averaged over seeds on each side; error = fabricjax / htsim - 1.
-Targets (issue 17): median and max within 10% on the full-bisection and oversubscribed cases,
+Targets: median and max within 10% on the full-bisection and oversubscribed cases,
 15% on the degraded-link and incast cases.
 """
 

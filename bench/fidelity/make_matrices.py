@@ -5,7 +5,7 @@
 One file per case and seed, `matrices/<case>_s<seed>.cm`: ``Nodes N``, ``Connections C``,
 then ``S->D id I start 0 size B`` (every flow starts at time 0). htsim runs them with
 `run_htsim.sh`; fabricjax imports the same files (`collective: traffic`, `format: htsim`) in
-`compare.py`. The cases are issue 17's:
+`compare.py`. The calibration cases:
 
 - permutations (each host sends to one other host and receives from one; no fixed point) of
   2 MiB flows on the 128-host fat trees at 1:1, 4:1 and 8:1, of 128 KiB flows on the 1:1 one,

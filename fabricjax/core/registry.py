@@ -1,38 +1,51 @@
-"""The names of the load-balancing policies a scenario may ask for, and the policy objects
-behind them.
+"""The load-balancing policies a scenario may ask for: the registry the policies fill.
 
-The objects live in `fabricjax.policies` (layer 4) and register themselves there on import;
-the schema (layer 1) validates a scenario's `policies` against `known_names()` before any of
-them is imported, so the built-in names are known from the start. A new policy is one module
-that calls `register(policy)` (and one line in `fabricjax.policies` for a built-in one).
+A policy (an object of `fabricjax.policies.base.Policy`, layer 4) registers itself when its
+module is imported; importing `fabricjax.policies` registers the built-in ones. The layers
+below ask the registry, never the modules, so the schema (layer 1) and the loader (layer 3)
+learn each policy's name, its settings model (its section of a scenario, e.g. `mrc:`) and
+its column order from here. Nothing here names a policy: a new one is one module that calls
+`register(policy)`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-BUILTIN = ("ecmp", "spray", "mrc", "optimal")   # the column order of every report
 _POLICIES: dict[str, Any] = {}
 
 
 def register(policy: Any) -> Any:
-    """Make `policy` (an object with a `name`) available to scenarios and the engine; a name
-    registered again replaces the earlier object. Returns `policy` (usable as a decorator)."""
+    """Make `policy` (an object with a `name` and a `stream`) available to scenarios and the
+    engine, after the ones registered before it (the column order of every report). A name
+    registered again replaces the earlier object in its place. Its RNG `stream` must differ
+    from every other policy's, so that adding a policy never changes another's draws
+    (ValueError otherwise). Returns `policy` (usable as a decorator)."""
+    for other in _POLICIES.values():
+        if other.name != policy.name and other.stream == policy.stream:
+            raise ValueError(f"policy {policy.name!r}: stream {policy.stream} is already "
+                             f"{other.name!r}'s; each policy draws from its own stream")
     _POLICIES[policy.name] = policy
     return policy
 
 
 def unregister(name: str) -> None:
     """Forget a registered policy (tests that add a toy policy clean up with this)."""
-    if name not in BUILTIN:
-        _POLICIES.pop(name, None)
+    _POLICIES.pop(name, None)
 
 
 def known_names() -> tuple[str, ...]:
-    """Every name a scenario may use: the built-in ones, then those registered since."""
-    return BUILTIN + tuple(n for n in _POLICIES if n not in BUILTIN)
+    """Every name a scenario may use, in the order they were registered."""
+    return tuple(_POLICIES)
 
 
 def lookup(name: str) -> Any:
     """The policy object registered under `name` (KeyError when none is)."""
     return _POLICIES[name]
+
+
+def sections() -> dict[str, Any]:
+    """{name: settings model} of every registered policy that has settings (a pydantic model
+    class: its section of a scenario, under the policy's name)."""
+    return {name: policy.settings_model for name, policy in _POLICIES.items()
+            if getattr(policy, "settings_model", None) is not None}

@@ -5,10 +5,11 @@ Contract:
   * The memory model: `estimate_memory` runs before anything large exists (no fabric arrays,
     no flows, nothing on a device); `check_memory` refuses a scenario whose estimate exceeds
     the limit (`--max-memory`, else what the machine has available) with a ScenarioError that
-    names the estimate, its largest part and a change that would fit. Each policy declares
-    its coefficients (`policies.base.Policy`): peak resident bytes measured on the CPU
-    (`bench/memory_calibration.py`) and rounded up, so the estimate is an upper bound of the
-    peak (1.1-1.5x of it on the calibration rows), not a description of each array.
+    names the estimate, its largest part and a change that would fit. Its coefficients are
+    peak resident bytes measured on the CPU (`bench/memory_calibration.py`) and rounded up,
+    per kind of device state a policy declares (`Policy.memory_profile`: `MEMORY`), so the
+    estimate is an upper bound of the peak (1.1-1.5x of it on the calibration rows), not a
+    description of each array.
   * Shapes: a phase on a Clos is padded to `flow_bucket(F)` flows (at most 25% more), so
     phases and scenarios of nearby sizes share one compiled program (`padded_flows`).
   * Per phase: whether it is solved as (T0, T0) classes (`use_aggregation`), whether its time
@@ -36,7 +37,9 @@ from fabricjax.fabric.build import AnyFabric, build
 from fabricjax.fabric.clos import clos_geometry
 from fabricjax.fabric.failures import population
 from fabricjax.policies import get
+from fabricjax.scenario import check_sections
 from fabricjax.solver.aggregate import aggregatable
+from fabricjax.solver.incidence import REHASH_DRAWS
 from fabricjax.workload.flows import Collective, Flows
 
 # Flow-by-flow (flow, slot) entries beyond which `solver.aggregate: auto` solves an
@@ -70,6 +73,48 @@ BYTES_PER_AGGREGATED_FLOW = 64
 BYTES_PER_FAILURE_RECORD = 6_000
 BYTES_PER_COMPONENT = 400
 BYTES_PER_RECORD_COMPONENT = 50
+
+
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryCoefficients:
+    """What one policy's solves cost, by the kind of state it keeps on the device. Peak
+    resident bytes, measured (bench/memory_calibration.py) and rounded up: per flow-slot
+    entry of a solve (`bytes_per_slot`), for its compiled programs (`compiled_bytes`), and
+    extra per flow-slot entry of one failure set (`failure_bytes_per_slot`: its candidate
+    draws). `max_pairs`: the most flow-slot pairs of one phase it can hold flow by flow
+    (None: no limit beyond memory)."""
+
+    bytes_per_slot: int = 80
+    compiled_bytes: int = 50 * 2**20
+    failure_bytes_per_slot: int = 0
+    max_pairs: int | None = None
+
+
+MEMORY = {
+    # a split over its slots
+    "split": MemoryCoefficients(),
+    # ... that re-hashes its slots on dead paths after a failure: the re-hash candidates
+    "rehash": MemoryCoefficients(failure_bytes_per_slot=4 * REHASH_DRAWS * 3),
+    # an iterative loop over every flow's slots (candidate draws and loads per failure set).
+    # Its state lives on the device: past 2^25 flow-slot pairs (twice the 131k-GPU ring step)
+    # it would not fit a laptop, and classes cannot hold per-flow slots.
+    "swap-loop": MemoryCoefficients(bytes_per_slot=100, compiled_bytes=100 * 2**20,
+                                    failure_bytes_per_slot=4 * 24, max_pairs=2**25),
+    # an iterative split over commodities: about a dozen float32 [commodities, P, S] arrays
+    # and weights over the full [F, P * S] slot grid; past 2^26 pairs it would not fit a laptop
+    "commodity-loop": MemoryCoefficients(bytes_per_slot=100, max_pairs=2**26),
+}
+
+
+def coefficients(policy: str) -> MemoryCoefficients:
+    """The memory model's coefficients for `policy` (by its `memory_profile`)."""
+    profile = get(policy).memory_profile
+    if profile not in MEMORY:
+        raise ValueError(f"policy {policy!r}: unknown memory_profile {profile!r}; allowed: "
+                         f"{', '.join(MEMORY)}")
+    return MEMORY[profile]
 
 
 # Flow-count buckets per doubling: a phase is padded to the next m * 2^k flows, m in 4..7, so
@@ -158,16 +203,16 @@ def check_resources(scenario: Scenario, collectives: list[Collective],
         for phase in collective.phases:
             flows = phase.flows
             for name in scenario.policies:
-                policy = get(name)
+                max_pairs = coefficients(name).max_pairs
                 pairs = flows.num_flows * slots_per_flow(name, scenario)
                 if use_aggregation(scenario, fabric, flows, None, name):
                     continue
-                if policy.max_pairs is not None and pairs > policy.max_pairs:
+                if max_pairs is not None and pairs > max_pairs:
                     raise ScenarioError(
                         "policies", f"{name!r} keeps every flow's path slots: "
                         f"{collective.name} has {flows.num_flows:,} flows x "
                         f"{slots_per_flow(name, scenario):,} paths, {pairs:,} flow-path "
-                        f"pairs, more than the {policy.max_pairs:,} it holds (about "
+                        f"pairs, more than the {max_pairs:,} it holds (about "
                         f"{format_bytes(pairs * 4 * 16)}); classes (solver.aggregate) cover "
                         "only policies without per-flow state; allowed: --policy for the "
                         "others, fewer GPUs or fewer paths")
@@ -201,7 +246,7 @@ def bytes_per_set(policy: str, links: int, planes: int, num_flows: int, slots: i
     chunk (the max-min solve's [F, E] entry arrays dominate, plus the policy's own draws)."""
     entries = num_flows * (2 * slots + 2 * planes)
     per = 4 * (12 * (links + 1) + 16 * entries)
-    return int(per + get(policy).failure_bytes_per_slot * num_flows * slots)
+    return int(per + coefficients(policy).failure_bytes_per_slot * num_flows * slots)
 
 
 def vmap_width(policy: str, links: int, planes: int, num_flows: int, slots: int,
@@ -336,6 +381,7 @@ def estimate_memory(scenario: Scenario) -> MemoryEstimate:
     """The estimate (an upper bound of the peak, see the module docstring). Fat trees and
     graph files store [F, K, H] link ids with H up to 8 links: twice the per-slot bytes of
     the Clos, whose path links are arithmetic (not calibrated separately)."""
+    check_sections(scenario)
     clos = scenario.fabric.kind == "multiplane-clos"
     geom = clos_geometry(scenario.fabric) if clos else None
     flows = max_flows(scenario)
@@ -345,7 +391,7 @@ def estimate_memory(scenario: Scenario) -> MemoryEstimate:
     def solve_bytes(policy: str, flows: int, uniform: bool) -> float:
         if uniform and aggregated(scenario, policy, flows):
             return aggregated_bytes(flows, geom)
-        per_slot = get(policy).bytes_per_slot * (1 if clos else 2)
+        per_slot = coefficients(policy).bytes_per_slot * (1 if clos else 2)
         return per_slot * padded_flows(scenario, flows) * slots_per_flow(policy, scenario)
 
     solves = {policy: max(solve_bytes(policy, f, u) for f, u, _ in candidates)
@@ -354,8 +400,8 @@ def estimate_memory(scenario: Scenario) -> MemoryEstimate:
     records = 0
     if scenario.failures is not None:   # failure sets run each item alone
         records = _failure_study_bytes(scenario, max(f for f, _, alone in candidates if alone))
-    runtime = RUNTIME_BYTES + sum(get(p).compiled_bytes for p in scenario.policies) * (
-        2 if scenario.failures is not None else 1)
+    compiled = sum(coefficients(p).compiled_bytes for p in scenario.policies)
+    runtime = RUNTIME_BYTES + compiled * (2 if scenario.failures is not None else 1)
     total = runtime + fabric + solves[policy] + records
     return MemoryEstimate(total=int(total), runtime=int(runtime), fabric=int(fabric),
                           solve=int(solves[policy]), solve_policy=policy, flows=flows,
@@ -428,20 +474,22 @@ def _fitting_change(scenario: Scenario, estimate: MemoryEstimate, limit: int) ->
         return estimate_memory(changed).total <= limit
 
     def with_field(section: str, field: str, value: int) -> Scenario:
-        part = getattr(scenario, section).model_copy(update={field: value})
+        part = (scenario.section(section) or getattr(scenario, section)).model_copy(
+            update={field: value})
         return scenario.model_copy(update={section: part})
 
     paths = get(estimate.solve_policy).path_field(scenario)
     if paths is not None:
         section, field, step = paths
-        current = getattr(getattr(scenario, section), field)
+        current = getattr(scenario.section(section) or getattr(scenario, section), field)
         for value in range(current - step, step - 1, -step):
             if fits(with_field(section, field, value)):
                 multiple = " (a multiple of fabric.planes)" if step > 1 else ""
                 return f"{section}.{field} <= {value}{multiple}"
     # keep the cheapest policies that fit together
     cheapest = sorted(scenario.policies,
-                      key=lambda p: get(p).bytes_per_slot * slots_per_flow(p, scenario))
+                      key=lambda p: (coefficients(p).bytes_per_slot *
+                                     slots_per_flow(p, scenario)))
     for keep in range(len(cheapest) - 1, 0, -1):
         kept = [p for p in scenario.policies if p in cheapest[:keep]]
         if fits(scenario.model_copy(update={"policies": kept})):
@@ -459,7 +507,8 @@ def _fitting_change(scenario: Scenario, estimate: MemoryEstimate, limit: int) ->
 
 def check_memory(scenario: Scenario, limit: int | None, *, option: str = "--max-memory"
                  ) -> MemoryEstimate:
-    """The estimate, or a ScenarioError when it exceeds `limit` bytes (None: no check)."""
+    """The estimate, or a ScenarioError when it exceeds `limit` bytes (None: no check). A
+    scenario loaded before the policies registered has its policy sections checked first."""
     estimate = estimate_memory(scenario)
     if limit is not None and estimate.total > limit:
         part = (f"{estimate.solve_policy} on {estimate.flows:,} flows x {estimate.slots:,} "

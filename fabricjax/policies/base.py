@@ -11,6 +11,14 @@ declares what the engine and the studies need without asking its name: its RNG s
 per flow, reaction window for the failure transient, which candidate paths it uses on a
 stored-path fabric, and whether a phase can be solved as (T0, T0) classes (`class_slots`).
 
+A policy owns its settings: a pydantic model (`settings_model`, its section of a scenario under
+the policy's name) whose fields are marked `TRACED` (read by `react` as traced arrays, so a
+sweep over them never recompiles), `STATIC` (fixed at compile time: loop bounds, lengths) or
+left unmarked (read on the host: slot counts, placement), as equinox marks a field static.
+Registering the policy registers the model, so the scenario's schema, the docs and the errors
+all come from it. It also declares its plot colour, its `check` of the scenario and what it
+keeps on the device (`memory_profile`, which the planner's memory model prices).
+
 Nothing outside `fabricjax/policies/` branches on a policy's name: a new policy is one module
 that subclasses `Policy` and calls `core.registry.register` (plus one import line in
 `policies/__init__.py` for a built-in one).
@@ -19,15 +27,59 @@ that subclasses `Policy` and calls `core.registry.register` (plus one import lin
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.config import FailuresConfig, Scenario
+from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.paths import placed_slots
+from fabricjax.scenario import check_sections
 from fabricjax.solver.maxmin import uniform_live_split
+
+
+class Role:
+    """How `react` reads a settings field (put it in the field's `Annotated[...]`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name.upper()
+
+
+TRACED = Role("traced")   # a traced array among `options`: a sweep over it never recompiles
+STATIC = Role("static")   # hashable among `settings`: fixes a loop bound or a length under jit
+
+
+def role(section: Any, field: str) -> Role | None:
+    """TRACED, STATIC or None (read on the host) for a field of a settings model."""
+    info = type(section).model_fields[field]
+    return next((m for m in info.metadata if isinstance(m, Role)), None)
+
+
+def _array(value: Any) -> np.ndarray:
+    if isinstance(value, bool):
+        return np.bool_(value)
+    return np.int32(value) if isinstance(value, int) else np.float32(value)
+
+
+def traced_options(section: Any) -> dict:
+    """{field: numpy scalar} of a section's TRACED fields (int32, float32 or bool)."""
+    if section is None:
+        return {}
+    return {name: _array(getattr(section, name)) for name in type(section).model_fields
+            if role(section, name) is TRACED}
+
+
+def static_settings(section: Any) -> tuple:
+    """The values of a section's STATIC fields, in their declared order."""
+    if section is None:
+        return ()
+    return tuple(getattr(section, name) for name in type(section).model_fields
+                 if role(section, name) is STATIC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +134,24 @@ class Reaction(NamedTuple):
 class Policy:
     """Base class: a static split over the slots `init` draws (override what differs).
 
-    name: the scenario's name for it. stream: its RNG stream id, fixed forever, so adding a
-    policy never changes another's draws. path_pool: on stored-path fabrics, the candidate
-    paths it chooses among ("equal-cost": the shortest only, as ECMP hashes; "candidates":
-    the fabric's K shortest). transient: its reaction to a failure is a window during which
+    name: the scenario's name for it (and of its settings section). stream: its RNG stream
+    id, fixed forever and unique (`core.registry.register` checks), so adding a policy never
+    changes another's draws. path_pool: on stored-path fabrics, the candidate paths it
+    chooses among ("equal-cost": the shortest only, as ECMP hashes; "candidates": the
+    fabric's K shortest). transient: its reaction to a failure is a window during which
     bytes on dead paths are lost (False: a bound, no transport). iterative: it reports
-    iterations and how its iteration ended. label: the table's one-line description."""
+    iterations and how its iteration ended. label: the table's one-line description. colour:
+    its colour in every figure (a matplotlib colour; "" lets the plots pick one).
+    aggregatable: a uniform phase may be solved as (T0, T0) classes (`class_slots`).
+    memory_profile: what it keeps on the device, which `engine.plan` prices: "split" (a
+    split over its slots), "rehash" (also re-draws slots after a failure), "swap-loop" (an
+    iterative loop over every flow's slots), "commodity-loop" (an iterative split over
+    commodities and the full slot grid).
+
+    settings_model (a class attribute): its section of a scenario, a pydantic model whose
+    fields are marked TRACED or STATIC (or neither: host); None when it has no settings."""
+
+    settings_model: ClassVar[Any] = None
 
     name: str = "policy"
     stream: int = 0
@@ -97,19 +161,25 @@ class Policy:
     gap_certified: bool = False     # its residual is a certified gap on its P100 (a bound)
     residual_name: str = "residual"  # what its residual measures, for the tables
     label: str = ""
-    # What the engine plans with (engine.plan). aggregatable: a uniform phase may be solved
-    # as (T0, T0) classes (`class_slots`). max_pairs: the most flow-slot pairs of one phase it
-    # can hold flow by flow (None: no limit beyond memory). The memory model's coefficients,
-    # peak resident bytes measured by bench/memory_calibration.py and rounded up: per
-    # flow-slot entry of a solve, for its compiled programs, and extra per flow-slot entry of
-    # one failure set (its candidate draws).
+    colour: str = ""
+    line_style: Any = None   # its reference line beside another's iteration trace (matplotlib)
     aggregatable: bool = False
-    max_pairs: int | None = None
-    bytes_per_slot: int = 80
-    compiled_bytes: int = 50 * 2**20
-    failure_bytes_per_slot: int = 0
+    memory_profile: str = "split"
 
     # ------------------------------------------------------------------ declarations
+    def section(self, scenario: Scenario) -> Any:
+        """Its settings in `scenario` (an instance of `settings_model`; None without one). A
+        scenario parsed before the policies registered is checked now."""
+        if self.settings_model is None:
+            return None
+        if scenario.section(self.name) is None:
+            check_sections(scenario)
+        return scenario.section(self.name)
+
+    def check(self, scenario: Scenario) -> None:
+        """Refuse (ScenarioError naming the field) what its settings model cannot say alone,
+        e.g. a count that must divide evenly over the fabric's planes."""
+
     def slots_per_flow(self, scenario: Scenario) -> int:
         """K: the path slots each flow carries on the scenario's fabric (before building it:
         the memory estimate asks)."""
@@ -139,8 +209,9 @@ class Policy:
         return failures.reconvergence_s if self.transient else None
 
     def options(self, scenario: Scenario) -> dict:
-        """Options `react` reads as traced arrays (a sweep over them never recompiles)."""
-        return {}
+        """Options `react` reads as traced arrays (a sweep over them never recompiles): its
+        section's TRACED fields."""
+        return traced_options(self.section(scenario))
 
     def failure_options(self, scenario: Scenario) -> dict:
         """`options` for a failure set, which starts from the no-failure outcome (a warm
@@ -148,8 +219,9 @@ class Policy:
         return self.options(scenario)
 
     def settings(self, scenario: Scenario) -> tuple:
-        """Hashable options that fix array shapes or loop bounds (static under jit)."""
-        return ()
+        """Hashable options that fix array shapes or loop bounds (static under jit): its
+        section's STATIC fields."""
+        return static_settings(self.section(scenario))
 
     def convergence(self, status: int, iterations: int = 0) -> str | None:
         """How an iterative policy's iteration ended, in words (None if not iterative)."""
@@ -181,8 +253,28 @@ class Policy:
         return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))
 
 
+# Where a spraying policy's entropy values land. routed: the sender names each EV's path
+# (MRC's SRv6 source routes), distinct and even across a plane's spines; hashed: every switch
+# hashes the EV onto an uplink (UEC fabrics, htsim), independently and with replacement.
+PLACEMENT_HELP = ("Where the EVs land: routed (the sender names each path, as SRv6 source "
+                  "routes do: distinct and even across a plane's spines) or hashed (every "
+                  "switch hashes the EV onto an uplink, as UEC fabrics and htsim do: "
+                  "independently, with replacement).")
+
+
+def check_evs(name: str, section: Any, scenario: Scenario) -> None:
+    """EVs are assigned equally per plane, so their count must divide evenly."""
+    planes = scenario.fabric.planes
+    if section.evs % planes:
+        raise ScenarioError(
+            f"{name}.evs",
+            f"{section.evs} EVs cannot be split equally over {planes} planes; allowed: "
+            f"multiples of fabric.planes ({planes}, {2 * planes}, ..., "
+            f"e.g. {planes * max(1, round(section.evs / planes))})")
+
+
 def uses_evs(section: Any, scenario: Scenario) -> bool:
-    """Whether a spraying policy (its config `section`: `spray` or `mrc`) carries `evs` slots
+    """Whether a spraying policy (its settings `section`) carries `evs` slots
     per flow: always on a Clos, and when hashed on a stored-path fabric (EVs hashed onto the
     equal-cost paths); routed on a stored-path fabric it uses each candidate path once."""
     return scenario.fabric.kind == "multiplane-clos" or section.placement == "hashed"
@@ -198,7 +290,7 @@ def evs_field(name: str, scenario: Scenario) -> tuple[str, str, int]:
     planes on a Clos or fat tree), or the fabric's candidate paths when it sprays over them."""
     cfg = scenario.fabric
     step = cfg.planes if cfg.kind in ("multiplane-clos", "fat-tree") else 1
-    if uses_evs(getattr(scenario, name), scenario):
+    if uses_evs(scenario.section(name), scenario):
         return name, "evs", step
     return "fabric", "paths", step
 

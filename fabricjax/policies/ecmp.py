@@ -17,34 +17,45 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+from pydantic import Field
 
-from fabricjax.config import Scenario
+from fabricjax.config import Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.fabric.paths import hashed_slots
 from fabricjax.policies.base import Policy, Reaction, Slots
 from fabricjax.solver.aggregate import hashed_class_slots
-from fabricjax.solver.incidence import REHASH_DRAWS
 from fabricjax.solver.maxmin import uniform_live_split
+
+
+class EcmpSettings(Strict):
+    """Per-flow ECMP: `qps` queue pairs per plane (per NIC port), each hashed onto one spine."""
+
+    qps: int = Field(1, ge=1, le=1024, description=(
+        "Queue pairs per flow and plane (per NIC port), each hashed onto one path."))
 
 
 @dataclasses.dataclass(frozen=True)
 class Ecmp(Policy):
+    settings_model = EcmpSettings
+
     name: str = "ecmp"
     stream: int = 1
     path_pool: str = "equal-cost"
     label: str = "per-flow ECMP hashing"
+    colour: str = "#d62728"      # red: the hash collisions
+    line_style: object = ":"
     aggregatable: bool = True
-    failure_bytes_per_slot: int = 4 * REHASH_DRAWS * 3      # the re-hash candidates
+    memory_profile: str = "rehash"
 
     def qps(self, scenario: Scenario) -> int:
         """QPs per flow on a stored-path fabric (per plane of a fat tree, per flow on a graph
         file, whose planes are not known)."""
         cfg = scenario.fabric
-        return scenario.ecmp.qps * (cfg.planes if cfg.kind == "fat-tree" else 1)
+        return self.section(scenario).qps * (cfg.planes if cfg.kind == "fat-tree" else 1)
 
     def slots_per_flow(self, scenario: Scenario) -> int:
         if scenario.fabric.kind == "multiplane-clos":
-            return scenario.ecmp.qps * scenario.fabric.planes
+            return self.section(scenario).qps * scenario.fabric.planes
         return self.qps(scenario)
 
     def path_field(self, scenario: Scenario) -> tuple[str, str, int]:
@@ -52,7 +63,8 @@ class Ecmp(Policy):
 
     def init(self, scenario, fabric, flows, routes, rng) -> Slots:
         if routes is None:
-            plane, spine = hashed_slots(fabric.geometry, flows.num_flows, scenario.ecmp.qps, rng)
+            plane, spine = hashed_slots(fabric.geometry, flows.num_flows,
+                                        self.section(scenario).qps, rng)
             return Slots(plane, spine)
         qps = self.qps(scenario)
         pick = (rng.random((flows.num_flows, qps)) *
@@ -63,14 +75,16 @@ class Ecmp(Policy):
     def class_slots(self, geometry, classes, scenario, rng):
         """QP counts per (class, plane, spine): Multinomial(n_c * qps, 1/S) per (class,
         plane), the law of hashing every QP independently (exact in distribution)."""
-        qps = scenario.ecmp.qps
+        qps = self.section(scenario).qps
         return (hashed_class_slots(geometry, classes, np.full(geometry.planes, qps), rng),
                 np.full(geometry.planes, qps, np.float32))
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
               settings, layout) -> Reaction:
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
-        # re-hash only when something died (a no-failure baseline skips the draws)
+        # re-hash only when something died: one set at a time (the baseline, and failure sets
+        # under lax.map) skips the draws when all is alive; vmapped sets turn the cond into a
+        # select, which computes both branches and keeps the right one
         choice = jax.lax.cond(jnp.all(alive), lambda: choice,
                               lambda: routes.rehash(plane, choice, alive_ext, key))
         links = routes.slot_links(plane, choice)

@@ -18,8 +18,8 @@ The model of one iteration (what MRC does over a few round-trip times):
      utilisation) (ECN marking at a queue that builds when offered load exceeds capacity; on
      an oversubscribed or degraded fabric every path is offered more than it carries and
      queues, and the paths that queue more are marked, so the swaps even the load out in
-     proportion to capacity: issue 17's calibration against htsim's REPS on a leaf-spine with
-     half its uplinks at 25% took mrc's median FCT from +125% to within 2%). The NIC-port
+     proportion to capacity: the calibration against htsim's REPS on a leaf-spine with half
+     its uplinks at 25% took mrc's median FCT from +125% to within 2%). The NIC-port
      hops are shared by every EV of a plane, so no swap can relieve them; congestion there is
      left to the rates;
   3. reaction: a marked EV moves to a uniformly random *other* path of the **same plane**
@@ -40,7 +40,7 @@ spraying it started from when nothing is dead. A balanced stop returns the balan
 itself, a true fixed point. The trace records every iteration's P100, so the spread of that
 equilibrium stays visible.
 
-Speed (issue 7): an iteration touches only [F, K] arrays. On a Clos the routes give the two
+Speed: an iteration touches only [F, K] arrays. On a Clos the routes give the two
 fabric hops of an EV as base + spine (bases hoisted out of the loop), NIC-port loads are summed
 per plane by a reshape and loads are four scatters (`ClosRoutes.slot_loads`); the swap coins
 come from a counter-based hash (`hash_bits`) instead of threefry. Measured on the 2-core CPU
@@ -51,17 +51,19 @@ the table.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from pydantic import Field
 
-from fabricjax.config import FailuresConfig, Scenario
+from fabricjax.config import FailuresConfig, Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.core.status import Status
-from fabricjax.policies.base import (Policy, Reaction, Slots, evs_field, spraying_init,
-                                     spraying_pool, spraying_slots)
+from fabricjax.policies.base import (PLACEMENT_HELP, STATIC, TRACED, Policy, Reaction, Slots,
+                                     check_evs, evs_field, spraying_init, spraying_pool,
+                                     spraying_slots)
 from fabricjax.policies.spray import SPRAY
 from fabricjax.solver.maxmin import uniform_live_split
 
@@ -239,36 +241,68 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
                      trace=trace, excess_trace=excess, final_spine=last_spine)
 
 
+class MrcSettings(Strict):
+    """MRC adaptive spraying: `evs` entropy values per flow (equal per plane, the same initial
+    set as `spray` when the counts match); an EV whose path's worst controllable utilisation
+    exceeds the marking level, `threshold` x max(1, the fabric links' mean utilisation), is
+    marked and moves to a random spine of its plane with probability
+    damping * (u - level) / u. Stops when nothing is marked, when the fabric overload has not
+    improved by `tol` (relative) for `patience` iterations, or at `max_iters`. A failure set
+    starts from the no-failure equilibrium (a warm start) and stops after `failure_patience`
+    iterations without improvement (5: measured within 1.3% of `patience` 20's mean P100 over
+    failure sets, 3.5x faster). `placement` places the initial EVs as `spray.placement` does;
+    a swap always draws a uniformly random path of the plane."""
+
+    evs: int = Field(128, ge=1, le=4096, description=(
+        "Entropy values (path slots) per flow, equal per plane: a multiple of fabric.planes."))
+    placement: Literal["routed", "hashed"] = Field("routed", description=(
+        "Where the initial EVs land (a swap always draws a uniformly random path of the "
+        "plane). " + PLACEMENT_HELP))
+    threshold: Annotated[float, TRACED] = Field(1.0, gt=0.0, le=100.0, description=(
+        "Marking level, relative to max(1, the fabric links' mean utilisation)."))
+    damping: Annotated[float, TRACED] = Field(0.3, gt=0.0, le=1.0, description=(
+        "A marked EV moves with probability damping * (u - level) / u."))
+    max_iters: Annotated[int, STATIC] = Field(500, ge=1, le=100_000, description=(
+        "Most iterations of the EV-swapping fixed point."))
+    tol: Annotated[float, TRACED] = Field(0.01, ge=0.0, le=1.0, description=(
+        "Relative improvement of the fabric overload that counts as progress."))
+    patience: Annotated[int, TRACED] = Field(20, ge=1, le=100_000, description=(
+        "Stop after this many iterations without progress."))
+    failure_patience: int = Field(5, ge=1, le=100_000, description=(
+        "`patience` of a failure set, which starts from the no-failure equilibrium."))
+
+
 @dataclasses.dataclass(frozen=True)
 class Mrc(Policy):
     """MRC adaptive spraying: starts from spraying's EV draw (`mrc.evs` EVs placed by
     `mrc.placement` on a Clos, and hashed ones on stored-path fabrics; routed there, the
     `fabric.paths` candidate slots) and reacts with the fixed point."""
 
+    settings_model = MrcSettings
+
     name: str = "mrc"
     stream: int = 3
     iterative: bool = True
     residual_name: str = "overload"
     label: str = "MRC adaptive spraying (EV swapping fixed point)"
-    # every flow's EV set lives on the device: past 2^25 flow-EV pairs (twice the 131k ring
-    # step) it would not fit a laptop, and classes cannot hold per-flow EVs
-    max_pairs: int | None = 2**25
-    # 200 before its iteration moved to [F, K] arrays (issue 7); recalibrated to 100
-    bytes_per_slot: int = 100
-    compiled_bytes: int = 100 * 2**20
-    failure_bytes_per_slot: int = 4 * 24                    # candidate draws and loads
+    colour: str = "#2ca02c"      # green
+    line_style: object = (0, (5, 1))
+    memory_profile: str = "swap-loop"
+
+    def check(self, scenario: Scenario) -> None:
+        check_evs(self.name, self.section(scenario), scenario)
 
     def slots_per_flow(self, scenario: Scenario) -> int:
-        return spraying_slots(scenario.mrc, scenario)
+        return spraying_slots(self.section(scenario), scenario)
 
     def path_field(self, scenario: Scenario) -> tuple[str, str, int]:
-        return evs_field("mrc", scenario)
+        return evs_field(self.name, scenario)
 
     def pool(self, scenario: Scenario) -> str:
-        return spraying_pool(scenario.mrc)
+        return spraying_pool(self.section(scenario))
 
     def described(self, scenario: Scenario) -> dict:
-        return {"placement": scenario.mrc.placement}
+        return {"placement": self.section(scenario).placement}
 
     def init_stream(self) -> int:
         return SPRAY.stream      # the same initial draw as spraying: columns differ by adapting
@@ -276,18 +310,10 @@ class Mrc(Policy):
     def reaction_window_s(self, failures: FailuresConfig) -> float:
         return failures.mrc_reaction_us * 1e-6     # the first lost packet retires the EV
 
-    def options(self, scenario: Scenario) -> dict:
-        cfg = scenario.mrc
-        return {"threshold": np.float32(cfg.threshold), "damping": np.float32(cfg.damping),
-                "tol": np.float32(cfg.tol), "patience": np.int32(cfg.patience)}
-
     def failure_options(self, scenario: Scenario) -> dict:
         # a failure set starts from the no-failure equilibrium: it settles in fewer iterations
         return {**self.options(scenario),
-                "patience": np.int32(scenario.mrc.failure_patience)}
-
-    def settings(self, scenario: Scenario) -> tuple:
-        return (scenario.mrc.max_iters,)       # the trace's length: static
+                "patience": np.int32(self.section(scenario).failure_patience)}
 
     def convergence(self, status: int, iterations: int = 0) -> str:
         if status & Status.ITERATION_CAP:
@@ -298,7 +324,7 @@ class Mrc(Policy):
         return "converged (balanced)" if iterations else "balanced at the start (nothing marked)"
 
     def init(self, scenario, fabric, flows, routes, rng) -> Slots:
-        return spraying_init(scenario.mrc, scenario, fabric, flows, routes, rng)
+        return spraying_init(self.section(scenario), scenario, fabric, flows, routes, rng)
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
               settings, layout) -> Reaction:

@@ -56,17 +56,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fabricjax.config import Scenario
+from pydantic import Field
+
+from fabricjax.config import Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.core.status import Status
 from fabricjax.fabric.clos import ClosGeometry, clos_geometry
-from fabricjax.policies.base import Policy, Reaction, Slots, stored_spray_slots
+from fabricjax.policies.base import TRACED, Policy, Reaction, Slots, stored_spray_slots
 
 OK, ITERATION_CAP, LOST_PLANE = int(Status.OK), int(Status.ITERATION_CAP), int(Status.LOST_PLANE)
 
@@ -586,10 +588,22 @@ def solve_paths(routes, demand, capacity, alive, link_plane, max_iters, tol) -> 
 
 # --------------------------------------------------------------------------- the policy
 
+class OptimalSettings(Strict):
+    """The min-max-utilisation bound: iterate until the duality gap is below `tol` times the
+    bound, or `max_iters`."""
+
+    max_iters: Annotated[int, TRACED] = Field(3000, ge=1, le=1_000_000, description=(
+        "Most mirror-prox iterations."))
+    tol: Annotated[float, TRACED] = Field(1e-3, gt=0.0, le=1.0, description=(
+        "Stop when the certified duality gap is below tol times the bound."))
+
+
 @dataclasses.dataclass(frozen=True)
 class Optimal(Policy):
     """The min-max-utilisation bound: no load balancer that keeps each flow's planes equal (as
     MRC does) can beat it. It has no transport (no transient after a failure)."""
+
+    settings_model = OptimalSettings
 
     name: str = "optimal"
     stream: int = 4
@@ -598,20 +612,15 @@ class Optimal(Policy):
     residual_name: str = "gap"
     gap_certified: bool = True
     label: str = "the min-max utilisation bound"
-    # about a dozen float32 [commodities, P, S] arrays and weights over the full [F, P * S]
-    # slot grid: past 2^26 flow-slot pairs it would not fit a laptop
-    max_pairs: int | None = 2**26
-    bytes_per_slot: int = 100
+    colour: str = "#404040"      # dark grey: a bound, not a load balancer
+    line_style: object = "-."
+    memory_profile: str = "commodity-loop"
 
     def slots_per_flow(self, scenario: Scenario) -> int:
         if scenario.fabric.kind == "multiplane-clos":
             geom = clos_geometry(scenario.fabric)
             return geom.planes * geom.spines
         return scenario.fabric.paths
-
-    def options(self, scenario: Scenario) -> dict:
-        return {"max_iters": np.int32(scenario.optimal.max_iters),
-                "tol": np.float32(scenario.optimal.tol)}
 
     def convergence(self, status: int, iterations: int = 0) -> str:
         if status & Status.ITERATION_CAP:

@@ -16,47 +16,65 @@ it keeps spraying onto dead EVs until routing withdraws them.
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
-from fabricjax.config import Scenario
+from fabricjax.config import Scenario, Strict
 from fabricjax.core.registry import register
-from fabricjax.policies.base import (Policy, Slots, evs_field, spraying_init, spraying_pool,
-                                     spraying_slots)
+from fabricjax.policies.base import (PLACEMENT_HELP, Policy, Slots, check_evs, evs_field,
+                                     spraying_init, spraying_pool, spraying_slots)
 from fabricjax.solver.aggregate import hashed_class_slots, plane_slot_counts, spray_class_slots
+
+
+class SpraySettings(Strict):
+    """Oblivious spraying over `evs` entropy values (path slots), equal per plane, placed
+    `routed` (distinct, even) or `hashed` (each EV onto a random path of its plane)."""
+
+    evs: int = Field(128, ge=1, le=4096, description=(
+        "Entropy values (path slots) per flow, equal per plane: a multiple of fabric.planes."))
+    placement: Literal["routed", "hashed"] = Field("routed", description=PLACEMENT_HELP)
 
 
 @dataclasses.dataclass(frozen=True)
 class Spray(Policy):
+    settings_model = SpraySettings
+
     name: str = "spray"
     stream: int = 2
     label: str = "oblivious packet spraying"
+    colour: str = "#1f77b4"      # blue
+    line_style: object = "--"
     aggregatable: bool = True
 
+    def check(self, scenario: Scenario) -> None:
+        check_evs(self.name, self.section(scenario), scenario)
+
     def slots_per_flow(self, scenario: Scenario) -> int:
-        return spraying_slots(scenario.spray, scenario)
+        return spraying_slots(self.section(scenario), scenario)
 
     def path_field(self, scenario: Scenario) -> tuple[str, str, int]:
-        return evs_field("spray", scenario)
+        return evs_field(self.name, scenario)
 
     def pool(self, scenario: Scenario) -> str:
-        return spraying_pool(scenario.spray)
+        return spraying_pool(self.section(scenario))
 
     def described(self, scenario: Scenario) -> dict:
-        return {"placement": scenario.spray.placement}
+        return {"placement": self.section(scenario).placement}
 
     def init(self, scenario, fabric, flows, routes, rng) -> Slots:
-        return spraying_init(scenario.spray, scenario, fabric, flows, routes, rng)
+        return spraying_init(self.section(scenario), scenario, fabric, flows, routes, rng)
 
     def class_slots(self, geometry, classes, scenario, rng):
         """Each class's EVs per spine: routed, the expected split (exact when S divides K_p);
         hashed, Multinomial(n_c * K_p, 1/S) per (class, plane), the law of hashing every EV
         independently (exact in distribution)."""
-        per_plane = plane_slot_counts(scenario.spray.evs, geometry.planes)
-        if scenario.spray.placement == "hashed":
+        per_plane = plane_slot_counts(self.section(scenario).evs, geometry.planes)
+        if self.section(scenario).placement == "hashed":
             return (hashed_class_slots(geometry, classes, per_plane.astype(np.int64), rng),
                     per_plane)
-        return spray_class_slots(geometry, classes, scenario.spray.evs), per_plane
+        return spray_class_slots(geometry, classes, self.section(scenario).evs), per_plane
 
 
 SPRAY = register(Spray())

@@ -4,8 +4,9 @@ Contract: every `plot_*` function reads a `Report` (or sweep rows) and nothing e
 its own Agg `Figure` (no pyplot, no global state), writes one PNG atomically (a temporary file
 in the target's folder, renamed over it) and returns its path, or None without writing when
 the report has nothing to draw. `write_plots` writes every applicable figure under a stable
-name. A policy keeps its colour in every figure; figures are 8 x 5 in at 150 dpi (grids of
-three or more rows of panels grow 2.5 in per row).
+name. A policy keeps its colour in every figure (the one it declares, `Policy.colour`, looked
+up in `core.registry`); figures are 8 x 5 in at 150 dpi (grids of three or more rows of panels
+grow 2.5 in per row).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from fabricjax.core.output import write_output
+from fabricjax.core.registry import known_names, lookup
 from fabricjax.core.units import format_bytes, value_text
 
 DPI = 150
@@ -28,14 +30,10 @@ ZOOM_ABOVE = 2.0                     # utilisation CDF: a zoom panel when one po
                                      # is this many times every other policy's
 SHARE_Y_WITHIN = 4.0                 # side-by-side panels share y when their tops are this close
 
-# Fixed across figures, so that a policy reads the same everywhere: ECMP in red (the hash
-# collisions), spraying in blue, MRC in green, the optimal bound in dark grey.
-POLICY_COLOURS = {"ecmp": "#d62728", "spray": "#1f77b4", "mrc": "#2ca02c",
-                  "optimal": "#404040"}
+# A policy that declares no colour (or is not registered in this process) gets a stable pick
+# by name, and a dash-dot reference line beside an iteration trace.
 _OTHER_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#ff7f0e")
-# reference lines beside an iteration trace, likewise fixed per policy
-POLICY_LINES = {"spray": "--", "optimal": "-.", "ecmp": ":", "mrc": (0, (5, 1))}
-_POLICY_ORDER = tuple(POLICY_COLOURS)
+_OTHER_LINE = (0, (3, 1, 1, 1))
 _WORKLOAD_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"))
 
 FILE_NAMES = {"utilisation_cdf": "utilisation_cdf.png", "completion": "completion.png",
@@ -52,11 +50,23 @@ METRIC_LABELS = {
 }
 
 
+def _declared(policy: str, attribute: str) -> Any:
+    try:
+        return getattr(lookup(policy), attribute, None) or None
+    except KeyError:
+        return None
+
+
 def policy_colour(policy: str) -> str:
-    """The colour of `policy` in every figure (unknown policies: a stable pick by name)."""
-    if policy in POLICY_COLOURS:
-        return POLICY_COLOURS[policy]
-    return _OTHER_COLOURS[sum(map(ord, policy)) % len(_OTHER_COLOURS)]
+    """The colour of `policy` in every figure: the one it declares, else a stable pick by
+    name."""
+    return (_declared(policy, "colour") or
+            _OTHER_COLOURS[sum(map(ord, policy)) % len(_OTHER_COLOURS)])
+
+
+def policy_line(policy: str) -> Any:
+    """The style of `policy`'s reference line beside another's iteration trace."""
+    return _declared(policy, "line_style") or _OTHER_LINE
 
 
 def figure_size(rows: int) -> tuple[float, float]:
@@ -99,8 +109,9 @@ def _save(fig, path: str | Path) -> Path:
 
 def _ordered_policies(policies: Iterable[str]) -> list[str]:
     seen = list(dict.fromkeys(policies))
-    return sorted(seen, key=lambda p: (_POLICY_ORDER.index(p) if p in _POLICY_ORDER
-                                       else len(_POLICY_ORDER), seen.index(p)))
+    order = known_names()    # registration order: the reports' column order
+    return sorted(seen, key=lambda p: (order.index(p) if p in order else len(order),
+                                       seen.index(p)))
 
 
 def _workloads(records: Sequence) -> list[str]:
@@ -415,7 +426,7 @@ def plot_mrc_trace(report, path: str | Path) -> Path | None:
         others = [r for r in report.records if r.workload == record.workload
                   and r.policy != record.policy and r.p100_utilisation <= 1.25 * trace.max()]
         for other in others:
-            style = POLICY_LINES.get(other.policy, (0, (3, 1, 1, 1)))
+            style = policy_line(other.policy)
             ax.axhline(other.p100_utilisation, color=policy_colour(other.policy), ls=style,
                        lw=1.5, label=f"{other.policy} P100 {other.p100_utilisation:.2f}")
         ax.axhline(1.0, color="black", lw=0.8, alpha=0.5)

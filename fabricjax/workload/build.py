@@ -147,8 +147,8 @@ def build_workload(scenario: Scenario, rng: np.random.Generator) -> list[Collect
 
 
 def export_matrix(scenario: Scenario, item: str | None, phase: int | None):
-    """One phase of a workload item or job as a traffic matrix (fabricjax.traffic.
-    TrafficMatrix over fabric GPU ids), every flow included (scale-up ones too), for
+    """One phase of a workload item or job as a traffic matrix (`workload.traffic.
+    TrafficMatrix` over fabric GPU ids), every flow included (scale-up ones too), for
     `fabricjax export`. `item`: its name (default: the only one); `phase`: its index (required
     when the collective has several different phases; a ring's one step repeats)."""
     flat = scenario.model_copy(update={"fabric": scenario.fabric.model_copy(

@@ -399,7 +399,7 @@ def send_recv(gpus: np.ndarray, size: float, *, direction: str, name: str,
 
 
 def load_item_traffic(item: TrafficConfig, base_dir: Path | None, ranks: int, field: str):
-    """The traffic matrix a workload item names (fabricjax.traffic.TrafficMatrix).
+    """The traffic matrix a workload item names (`workload.traffic.TrafficMatrix`).
 
     A scenario may be someone else's file: it may point only inside its own folder, so it
     cannot make the tool read (and quote in an error) a file elsewhere on the machine."""
