@@ -630,6 +630,7 @@ def topo(
     """Summarise the fabric: GPUs, switches per tier and plane, links, paths, bisection."""
     config = _load(scenario)
     _check_output(json_path, "--json", scenario)
+    from fabricjax.config import FabricKind
     from fabricjax.core.errors import ScenarioError
     from fabricjax.core.output import STDOUT, write_json
     from fabricjax.fabric.bom import baseline_designs, bom, scenario_bom
@@ -637,7 +638,7 @@ def topo(
     from fabricjax.fabric.clos import fabric_summary
     from fabricjax.report.topo import bom_lines, bom_table, graph_topo_table, topo_table
 
-    clos = config.fabric.kind == "multiplane-clos"
+    clos = config.fabric.kind == FabricKind.CLOS
     try:   # the Clos's counts follow from its geometry: no link arrays for 131k GPUs
         counts = fabric_summary(config.fabric) if clos else summary(config, build(config))
         baselines = None

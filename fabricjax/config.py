@@ -11,6 +11,7 @@ settings model (`core.registry`), and the loader checks the section against it.
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -57,12 +58,41 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+class FabricKind(str, enum.Enum):
+    """The one fabric vocabulary: what the scenario's `fabric.kind` says and what a built
+    fabric reports as its `kind`. A two-tier Clos routes arithmetically (its paths follow from
+    the geometry); a fat tree and a graph file carry stored candidate paths, a fat tree's all
+    equal-cost."""
+
+    CLOS = "multiplane-clos"
+    FAT_TREE = "fat-tree"
+    GRAPH = "graph"
+
+    @property
+    def arithmetic_routes(self) -> bool:
+        """Paths computed from the geometry (no per-flow path arrays): the Clos."""
+        return self is FabricKind.CLOS
+
+    @property
+    def equal_cost_only(self) -> bool:
+        """Every candidate path is a shortest one (a fat tree's): no detours to choose."""
+        return self is FabricKind.FAT_TREE
+
+    @property
+    def planes_by_construction(self) -> bool:
+        """Planes are built in (Clos, fat tree), not read off a file's graph."""
+        return self is not FabricKind.GRAPH
+
+
 class FabricConfig(Strict):
     """A two-tier multi-plane Clos: every GPU has one port per plane to a T0 of that plane,
     every T0 has one link to every T1 (spine) of its plane."""
 
-    kind: Literal["multiplane-clos", "fat-tree", "graph"] = Field(
-        "multiplane-clos", description="multiplane-clos: the two-tier multi-plane Clos; "
+    # the kind is stored as its value (plain text in dumps and YAML), compared as the enum
+    model_config = ConfigDict(use_enum_values=True)
+
+    kind: Annotated[FabricKind, Field(strict=False)] = Field(
+        FabricKind.CLOS, description="multiplane-clos: the two-tier multi-plane Clos; "
         "fat-tree: a fat tree of `tiers` tiers per plane; graph: the network in `file`.")
     gpus: int = Field(1024, ge=2, description="GPUs (NICs) on the fabric.")
     planes: int = Field(8, ge=1, le=64, description="Planes: each GPU has one port per plane "

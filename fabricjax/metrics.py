@@ -25,7 +25,7 @@ import numpy as np
 from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
 from fabricjax.engine.batch import STALLED_SHOWN
-from fabricjax.engine.phase import PhaseOutcome, flow_hops, nic_rate, slot_links_host
+from fabricjax.engine.phase import PhaseOutcome, slot_links_host
 from fabricjax.engine.timing import (endpoint_bound_time_s, fabric_end_s, line_rate_time_s,
                                      phase_duration_s, transport_latency_s, wire_factor)
 from fabricjax.fabric.build import AnyFabric
@@ -45,7 +45,7 @@ def reference_times(scenario: Scenario, fabric: AnyFabric, phase: Phase,
     busiest NIC's wire bytes, the same latencies and step costs as the completion). Line rate:
     payload bytes x 8 / NIC rate of the busiest sender (or the scale-up time, whichever is
     longer), every repeat, with no overhead at all."""
-    nic = nic_rate(fabric)
+    nic = fabric.nic_rate()
     endpoint = phase_duration_s(
         scenario, phase, endpoint_bound_time_s(phase.flows, nic, wire_factor(scenario)), hops)
     line_rate = phase.repeat * max(line_rate_time_s(phase.flows, nic), phase.scaleup_time)
@@ -105,7 +105,7 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
             sending = phase.flows.size > 0
             stalled |= bool(np.any(~np.isfinite(duration[sending])))
             fabric_end = float(np.max((start + duration)[sending], initial=0.0))
-            fct = duration + transport_latency_s(scenario, flow_hops(fabric, phase.flows),
+            fct = duration + transport_latency_s(scenario, fabric.flow_hops(phase.flows.src, phase.flows.dst),
                                                  acknowledged=True)
             fcts.append(fct[sending])
             weights.append(np.full(int(sending.sum()), phase.repeat, np.float64))

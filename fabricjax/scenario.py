@@ -28,8 +28,8 @@ import pydantic
 import yaml
 from pydantic import BaseModel
 
-from fabricjax.config import (COLLECTIVES, AllReduceConfig, PermutationConfig, RankedConfig,
-                              Scenario, SendRecvConfig, TrafficConfig, TrainingConfig,
+from fabricjax.config import (COLLECTIVES, AllReduceConfig, FabricKind, PermutationConfig,
+                              RankedConfig, Scenario, SendRecvConfig, TrafficConfig, TrainingConfig,
                               job_size)
 from fabricjax.core.errors import ScenarioError, one_line, short_repr
 from fabricjax.core.registry import known_names, lookup, sections
@@ -459,7 +459,7 @@ def load_scenario(path: str | Path) -> Scenario:
     except ScenarioError as err:
         raise err.with_source(source) from None
     try:
-        if scenario.fabric.kind == "graph":   # read (and checked) now, before anything runs
+        if scenario.fabric.kind == FabricKind.GRAPH:   # read (and checked) before anything runs
             build(scenario)
         counts = traffic_flow_counts(scenario)
     except ScenarioError as err:
@@ -473,7 +473,7 @@ def input_files(scenario: Scenario) -> dict[str, Path]:
     when the scenario is built)."""
     folder = (scenario.base_dir or Path(".")).resolve()
     named = {}
-    if scenario.fabric.kind == "graph" and scenario.fabric.file:
+    if scenario.fabric.kind == FabricKind.GRAPH and scenario.fabric.file:
         named["fabric.file"] = scenario.fabric.file
     for section, i, item in scenario.items:
         if isinstance(item, TrafficConfig):

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fabricjax.engine.phase import flow_hops
 from fabricjax.fabric.build import build
 from fabricjax.metrics import transport_latency_s, wire_factor
 from fabricjax.scenario import parse_scenario
@@ -109,7 +108,7 @@ def test_hops_on_a_stored_path_fabric_are_its_shortest_paths(tmp_path):
     fabric = build(scenario)
     flows = Flows(np.array([0, 0, 2], np.int32), np.array([1, 2, 1], np.int32),
                   np.full(3, 1.0 * MIB))
-    assert flow_hops(fabric, flows).tolist() == [2, 4, 4]
+    assert fabric.flow_hops(flows.src, flows.dst).tolist() == [2, 4, 4]
 
 
 def test_report_records_the_transport_and_the_cli_says_it(tmp_path):

@@ -35,7 +35,6 @@ from fabricjax.engine.timing import (ArrivalCohorts, arrival_cohorts, fabric_end
                                      wire_bytes)
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.clos import ClosGeometry
-from fabricjax.fabric.paths import clos_path_links
 from fabricjax.policies import get
 from fabricjax.policies.base import PhaseArrays, Policy, Reaction, Slots
 from fabricjax.solver.aggregate import (flow_class_index, flow_classes, offered_class_demand,
@@ -64,12 +63,6 @@ def offered_demand(flows: Flows, nic_gbps: float | np.ndarray, num_gpus: int) ->
     return (nic * share).astype(np.float32)
 
 
-def nic_rate(fabric: AnyFabric) -> float | np.ndarray:
-    """The NIC rates the host arithmetic uses: one number on a Clos (every GPU alike), the
-    per-GPU array on other fabrics."""
-    return fabric.geometry.nic_gbps if fabric.kind == "clos" else fabric.gpu_nic_gbps
-
-
 def null_result(fabric: AnyFabric) -> PhaseResult:
     """The PhaseResult of a phase with no fabric flow (all inside servers): nothing loaded."""
     k = min(TOP_LINKS, fabric.num_links)
@@ -90,34 +83,19 @@ def phase_arrays(scenario: Scenario, fabric: AnyFabric, flows: Flows) -> PhaseAr
     """The phase's flows as host arrays for the device: offered demand, the bytes each flow
     puts on the wire (payload and headers, `engine.timing.wire_bytes`), the NIC cap."""
     nic = fabric.gpu_nic_gbps
-    demand = offered_demand(flows, nic_rate(fabric), fabric.gpus)
+    demand = offered_demand(flows, fabric.nic_rate(), fabric.gpus)
     return PhaseArrays(src=np.asarray(flows.src, np.int32), dst=np.asarray(flows.dst, np.int32),
                        demand=demand, size=wire_bytes(scenario, flows.size),
                        flow_cap=nic[flows.src].astype(np.float32))
 
 
 def host_routes(fabric: AnyFabric, flows: Flows, pool: str) -> StoredRoutes | None:
-    """The phase's candidate paths on a stored-path fabric (numpy `StoredRoutes`), None on a
-    Clos. `pool`: "equal-cost" (the shortest only, as ECMP hashes) or "candidates" (the
-    fabric's K shortest; a fat tree's are equal-cost anyway)."""
-    if fabric.kind == "clos":
+    """The phase's candidate paths as numpy `StoredRoutes` (`fabric.candidate_paths` of the
+    `pool`: "equal-cost" or "candidates"), or None where routes are arithmetic (a Clos)."""
+    paths = fabric.candidate_paths(flows.src, flows.dst, pool)
+    if paths is None:
         return None
-    detour = 0 if pool == "equal-cost" or fabric.is_fat_tree else None
-    cand, distinct = fabric.paths_for(flows.src, flows.dst, detour)
-    return stored_routes(cand, distinct, fabric.tier, fabric.plane, fabric.planes)
-
-
-def flow_hops(fabric: AnyFabric, flows: Flows) -> np.ndarray:
-    """int64[F]: links on each flow's path (its shortest on a stored-path fabric; on a Clos 4
-    across the spines, 2 within a T0)."""
-    if fabric.kind == "clos":
-        geom = fabric.geometry
-        cross = geom.t0_of(flows.src.astype(np.int64)) != geom.t0_of(flows.dst.astype(np.int64))
-        return np.where(cross, 4, 2).astype(np.int64)
-    if flows.num_flows == 0:
-        return np.zeros(0, np.int64)
-    routes = host_routes(fabric, flows, "equal-cost")
-    return np.sum(routes.cand[:, 0, :] != fabric.num_links, axis=-1).astype(np.int64)
+    return stored_routes(*paths, fabric.tier, fabric.plane, fabric.planes)
 
 
 def phase_hops(fabric: AnyFabric, phase: Phase) -> int:
@@ -125,16 +103,8 @@ def phase_hops(fabric: AnyFabric, phase: Phase) -> int:
     sending = phase.flows.size > 0
     if not np.any(sending):
         return 0
-    if fabric.kind == "clos":
-        return phase.hops
-    return int(flow_hops(fabric, phase.flows)[sending].max())
-
-
-def device_routes(fabric: AnyFabric, phase: PhaseArrays, host: StoredRoutes | None):
-    """The routes the device program takes: arithmetic on a Clos, the stored paths else."""
-    if host is None:
-        return ClosRoutes(fabric.geometry, phase.src, phase.dst)
-    return host
+    flows = phase.flows.take(sending)
+    return int(fabric.flow_hops(flows.src, flows.dst).max())
 
 
 def initial_slots(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
@@ -235,10 +205,12 @@ def prepare_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: 
         count = max(count, padded_flows(scenario, flows.num_flows))
         arrays, slots = pad_phase(arrays, slots, count)
     sending = flows.size > 0
-    hops = 0 if not np.any(sending) else int(flow_hops(fabric, flows)[sending].max())
+    hops = (int(fabric.flow_hops(flows.src[sending], flows.dst[sending]).max())
+            if np.any(sending) else 0)
     return PreparedPhase(policy=policy, flows=flows, count=count, arrays=arrays, routes=routes,
                          slots=slots, cohorts=arrival_cohorts(flows, count), hops=hops,
-                         pool=pool, geometry=fabric.geometry if routes is None else None)
+                         pool=pool,
+                         geometry=fabric.geometry if fabric.kind.arithmetic_routes else None)
 
 
 # --------------------------------------------------------------------------- the program
@@ -428,7 +400,8 @@ def aggregated_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flow
     result = out.result._replace(rates=rates.astype(np.float32))
     return PhaseOutcome(result, slots=policy.slots_per_flow(scenario),
                         fabric_end_s=fabric_end_s(arrival_cohorts(flows), result.cohort_end),
-                        hops=int(flow_hops(fabric, flows).max()), classes=out.num_classes)
+                        hops=int(fabric.flow_hops(flows.src, flows.dst).max()),
+                        classes=out.num_classes)
 
 
 # --------------------------------------------------------------------------- on a fixed split
@@ -502,8 +475,4 @@ def phase_split(fabric: AnyFabric, outcome: PhaseOutcome, *,
 def slot_links_host(fabric: AnyFabric, flows: Flows, split: Split) -> np.ndarray:
     """int[F, K, H]: the link ids of every slot a phase ran on (host numpy), e.g. to see which
     components a policy's paths use."""
-    if fabric.kind == "clos":
-        return clos_path_links(fabric.geometry, flows.src[:, None], flows.dst[:, None],
-                               split.plane, split.choice)
-    routes = host_routes(fabric, flows, split.pool)
-    return routes.cand[np.arange(flows.num_flows)[:, None], split.choice]
+    return fabric.slot_links(flows.src, flows.dst, split.plane, split.choice, split.pool)

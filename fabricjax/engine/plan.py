@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from fabricjax.config import Scenario, job_size
+from fabricjax.config import FabricKind, Scenario, job_size
 from fabricjax.core.devices import current_device
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.units import format_bytes
@@ -138,7 +138,7 @@ def padded_flows(scenario: Scenario, num_flows: int) -> int:
     """The flows a phase of `num_flows` occupies on the device: bucketed on a Clos (whose
     routes are arithmetic, so inert padding flows cost only their slots); exact on the
     stored-path fabrics (whose routes are per-flow host arrays)."""
-    if scenario.fabric.kind == "multiplane-clos":
+    if scenario.fabric.kind == FabricKind.CLOS:
         return flow_bucket(num_flows)
     return num_flows
 
@@ -162,7 +162,7 @@ def use_aggregation(scenario: Scenario, fabric: AnyFabric, flows: Flows,
     """Solve this phase by (source T0, destination T0) classes: a Clos, a policy that can be
     aggregated, wanted, every link alive, all flows starting together with equal bytes and
     equal offered demand."""
-    if fabric.kind != "clos" or not aggregation_wanted(scenario, flows, policy):
+    if fabric.kind != FabricKind.CLOS or not aggregation_wanted(scenario, flows, policy):
         return False
     if (alive is not None and not np.all(alive)) or flows.start is not None:
         return False
@@ -363,7 +363,7 @@ def aggregated(scenario: Scenario, policy: str, flows: int) -> bool:
     """Whether `policy` would solve a phase of `flows` flows by classes (`aggregation_wanted`;
     the phase must also be uniform, which the largest all-to-alls are)."""
     mode = scenario.solver.aggregate
-    if (scenario.fabric.kind != "multiplane-clos" or not get(policy).aggregatable
+    if (scenario.fabric.kind != FabricKind.CLOS or not get(policy).aggregatable
             or mode == "never"):
         return False
     return mode == "always" or flows * slots_per_flow(policy, scenario) > AGGREGATE_ABOVE
@@ -382,7 +382,7 @@ def estimate_memory(scenario: Scenario) -> MemoryEstimate:
     graph files store [F, K, H] link ids with H up to 8 links: twice the per-slot bytes of
     the Clos, whose path links are arithmetic (not calibrated separately)."""
     check_sections(scenario)
-    clos = scenario.fabric.kind == "multiplane-clos"
+    clos = scenario.fabric.kind == FabricKind.CLOS
     geom = clos_geometry(scenario.fabric) if clos else None
     flows = max_flows(scenario)
     fabric = BYTES_PER_LINK * (geom.num_links + 1) if clos else 0
@@ -418,7 +418,7 @@ def components_per_set(scenario: Scenario, target=None) -> float:
         if cfg.probability > 0:
             if target is None:
                 target = (clos_geometry(scenario.fabric)
-                          if scenario.fabric.kind == "multiplane-clos" else build(scenario))
+                          if scenario.fabric.kind == FabricKind.CLOS else build(scenario))
             rest = max(population(target, kind, cfg) - len(cfg.names) - cfg.random, 0)
         mean = rest * cfg.probability
         total += len(cfg.names) + cfg.random + mean + 4.0 * math.sqrt(
@@ -432,7 +432,7 @@ def _failure_study_bytes(scenario: Scenario, flows: int) -> float:
     sets = scenario.failures.num_samples
     records = sets * len(scenario.policies) * len(scenario.items)
     components = components_per_set(scenario)
-    if scenario.fabric.kind == "multiplane-clos":
+    if scenario.fabric.kind == FabricKind.CLOS:
         geom = clos_geometry(scenario.fabric)
         links, planes = geom.num_links, geom.planes
     else:

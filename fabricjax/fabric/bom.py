@@ -56,7 +56,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from fabricjax.config import FabricConfig
+from fabricjax.config import FabricConfig, FabricKind
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.build import build_graph
 from fabricjax.fabric.clos import clos_geometry
@@ -512,9 +512,9 @@ def scenario_bom(scenario) -> dict:
     cables only (no optics or watts: a file says nothing about them)."""
     cfg = scenario.fabric
     overrides = scenario.bom.overrides()
-    if cfg.kind == "multiplane-clos":
+    if cfg.kind == FabricKind.CLOS:
         return bom(cfg, overrides=overrides)
-    if cfg.kind == "fat-tree":
+    if cfg.kind == FabricKind.FAT_TREE:
         return fat_tree_bom(cfg.gpus, cfg.radix, float(cfg.port_gbps), tiers=cfg.tiers,
                             planes=cfg.planes, overrides=overrides)
     return {"design": f"graph {cfg.file}", **graph_bom(build_graph(scenario))}

@@ -3,22 +3,66 @@
 Contract: `build(scenario)` returns the multi-plane Clos (`clos.Fabric`) or, for kinds
 `fat-tree` and `graph`, a `graph.GraphFabric` (a graph file is read from inside the
 scenario's folder); `summary(scenario, fabric)` the dict `fabricjax topo` and the report's
-`fabric` field hold. Both fabric objects offer the same view (see `clos.Fabric`).
+`fabric` field hold. Both fabric objects offer the same view, `AnyFabric` (a Protocol).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Protocol
 
-from fabricjax.config import Scenario
+import numpy as np
+
+from fabricjax.config import FabricKind, Scenario
 from fabricjax.core.errors import ScenarioError
-from fabricjax.fabric.clos import Fabric, build_fabric, fabric_summary
+from fabricjax.fabric.clos import build_fabric, fabric_summary
 from fabricjax.fabric.fattree import fat_tree_graph
 from fabricjax.fabric.graph import GraphFabric, build_graph_fabric, graph_summary
 from fabricjax.fabric.graphfile import load_graph
 
-AnyFabric = Fabric | GraphFabric
+
+
+class AnyFabric(Protocol):
+    """What every fabric offers, whatever its kind (`clos.Fabric`, `graph.GraphFabric`): the
+    engine, the failure sets, the studies and the reports use this view alone.
+
+    Links: `num_links` L, `link_src`, `link_dst` int32[L], `capacity` float32[L] Gbit/s,
+    `tier` [L], `plane` [L], `reverse` (each link's opposite direction), `sentinel` (= L, the
+    padding link). Nodes: `gpus`, `num_nodes`, `planes`, `gpu_nic_gbps` float[N]. Layout:
+    `tier_names` and `tier_bounds` (the statistics' tiers), `layout_bounds` (host -> switch,
+    switch up, switch down, switch -> host). Routes on the host: `nic_rate()`,
+    `candidate_paths(src, dst, pool)` (None where paths are arithmetic), `flow_hops(src,
+    dst)`, `slot_links(src, dst, plane, choice, pool)`; `link_name(l)` for reports."""
+
+    kind: FabricKind
+    gpus: int
+    planes: int
+    num_links: int
+    num_nodes: int
+    sentinel: int
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    capacity: np.ndarray
+    tier: np.ndarray
+    plane: np.ndarray
+    reverse: np.ndarray
+    gpu_nic_gbps: np.ndarray
+    tier_names: tuple
+    tier_bounds: tuple
+    layout_bounds: tuple
+
+    def link_name(self, link: int) -> str: ...
+
+    def nic_rate(self) -> float | np.ndarray: ...
+
+    def candidate_paths(self, src: np.ndarray, dst: np.ndarray, pool: str
+                        ) -> tuple[np.ndarray, np.ndarray] | None: ...
+
+    def flow_hops(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray: ...
+
+    def slot_links(self, src: np.ndarray, dst: np.ndarray, plane: np.ndarray,
+                   choice: np.ndarray, pool: str) -> np.ndarray: ...
 
 
 def build_graph(scenario: Scenario) -> GraphFabric:
@@ -26,7 +70,7 @@ def build_graph(scenario: Scenario) -> GraphFabric:
     scenario's folder (a scenario may be someone else's file: it must not make the tool read,
     and quote in an error, a file elsewhere)."""
     cfg = scenario.fabric
-    if cfg.kind == "fat-tree":
+    if cfg.kind == FabricKind.FAT_TREE:
         graph = fat_tree_graph(cfg.gpus, cfg.radix, float(cfg.port_gbps), tiers=cfg.tiers,
                                planes=cfg.planes)
     else:
@@ -37,8 +81,8 @@ def build_graph(scenario: Scenario) -> GraphFabric:
                                 "folder; allowed: a path inside it")
         graph = load_graph(path, cfg.format, "fabric.file")
     fabric = dataclasses.replace(build_graph_fabric(graph, cfg.paths, "fabric.file"),
-                                 family=cfg.kind)
-    if cfg.kind == "graph" and fabric.gpus != cfg.gpus:
+                                 kind=FabricKind(cfg.kind))
+    if cfg.kind == FabricKind.GRAPH and fabric.gpus != cfg.gpus:
         raise ScenarioError("fabric.gpus", f"the graph has {fabric.gpus} hosts; allowed: "
                             f"gpus: {fabric.gpus}")
     return fabric
@@ -46,7 +90,7 @@ def build_graph(scenario: Scenario) -> GraphFabric:
 
 def build(scenario: Scenario) -> AnyFabric:
     """The scenario's fabric: every link, as host arrays."""
-    if scenario.fabric.kind == "multiplane-clos":
+    if scenario.fabric.kind == FabricKind.CLOS:
         return build_fabric(scenario.fabric)
     return build_graph(scenario)
 
@@ -55,12 +99,13 @@ def summary(scenario: Scenario, fabric: AnyFabric) -> dict:
     """The report's `fabric` dict: `clos.fabric_summary` for the Clos; for the others the
     graph's counts plus the keys a report's fabric line prints."""
     cfg = scenario.fabric
-    if isinstance(fabric, Fabric):
+    if fabric.kind == FabricKind.CLOS:
         return fabric_summary(cfg)
     counts = graph_summary(fabric)
     # a graph file's links carry their own capacities: its config's port_gbps means nothing
-    port = float(cfg.port_gbps) if cfg.kind == "fat-tree" else None
+    fat_tree = cfg.kind == FabricKind.FAT_TREE
+    port = float(cfg.port_gbps) if fat_tree else None
     return {**counts, "kind": cfg.kind, "port_gbps": port,
             "nic_gbps": counts["nic_gbps_max"], "radix": counts["switch_radix_max"],
-            "tiers": cfg.tiers if cfg.kind == "fat-tree" else "graph",
+            "tiers": cfg.tiers if fat_tree else "graph",
             "switches_t0": counts["switches"], "switches_t1": 0}

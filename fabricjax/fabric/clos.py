@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import numpy as np
 
-from fabricjax.config import FabricConfig, t0_count, two_tier_ports
+from fabricjax.config import FabricConfig, FabricKind, t0_count, two_tier_ports
 from fabricjax.fabric.spec import bundled_switches, check_fabric
 
 TIER_NAMES = ("gpu-t0", "t0-t1", "t1-t0", "t0-gpu")
@@ -94,6 +95,24 @@ class ClosGeometry:
     def gpu_down(self, plane, gpu):
         return self.tier_starts[3] + plane * self.gpus + gpu
 
+    def path_links(self, src: Any, dst: Any, plane: Any, spine: Any, xp: Any = np) -> Any:
+        """Link ids [..., 4] of the path (plane, spine) from GPU src to GPU dst: GPU -> T0 ->
+        T1(spine) -> T0 -> GPU, or GPU -> T0 -> GPU with the sentinel after it when both
+        share a T0. numpy or jax.numpy (`xp`), so the device recomputes a path when a policy
+        moves a slot to another spine; inputs broadcast against each other."""
+        src_t0 = self.t0_of(src)
+        dst_t0 = self.t0_of(dst)
+        local = src_t0 == dst_t0
+        first = self.gpu_up(plane, src)
+        last = self.gpu_down(plane, dst)
+        up = self.t0_up(plane, src_t0, spine)
+        down = self.t1_down(plane, dst_t0, spine)
+        hop1 = xp.where(local, last, up)
+        hop2 = xp.where(local, self.sentinel, down)
+        hop3 = xp.where(local, self.sentinel, last)
+        first, hop1, hop2, hop3 = xp.broadcast_arrays(first, hop1, hop2, hop3)
+        return xp.stack([first, hop1, hop2, hop3], axis=-1).astype(xp.int32)
+
 
 @dataclasses.dataclass(frozen=True)
 class Fabric:
@@ -116,8 +135,29 @@ class Fabric:
     plane: np.ndarray
     geometry: ClosGeometry
 
-    kind = "clos"
+    kind = FabricKind.CLOS
     tier_names = TIER_NAMES
+
+    # ------------------------------------------------------------------ routes on the host
+    def nic_rate(self) -> float:
+        """The NIC rate the host arithmetic uses: one number, every GPU alike (Gbit/s)."""
+        return self.geometry.nic_gbps
+
+    def candidate_paths(self, src: np.ndarray, dst: np.ndarray, pool: str) -> None:
+        """None: a Clos's paths follow from the geometry (no per-flow path arrays)."""
+        return None
+
+    def flow_hops(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """int64[F]: links on each flow's path, 4 across the spines, 2 within a T0."""
+        geom = self.geometry
+        cross = geom.t0_of(np.asarray(src, np.int64)) != geom.t0_of(np.asarray(dst, np.int64))
+        return np.where(cross, 4, 2).astype(np.int64)
+
+    def slot_links(self, src: np.ndarray, dst: np.ndarray, plane: np.ndarray,
+                   choice: np.ndarray, pool: str) -> np.ndarray:
+        """int32[F, K, 4]: the link ids of every slot (plane, spine) of the flows."""
+        return self.geometry.path_links(np.asarray(src)[:, None], np.asarray(dst)[:, None],
+                                        plane, choice)
 
     @property
     def num_links(self) -> int:

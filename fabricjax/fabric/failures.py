@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fabricjax.config import FailureKindConfig, FailuresConfig, Scenario
+from fabricjax.config import FabricKind, FailureKindConfig, FailuresConfig, Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.build import AnyFabric, build
 from fabricjax.fabric.clos import ClosGeometry, Fabric, clos_geometry
@@ -458,7 +458,7 @@ def draw_index(target, kind: str, cfg: FailureKindConfig, c: Component) -> int |
 def _components(scenario: Scenario, fabric: AnyFabric | None):
     if fabric is not None:
         return components_of(fabric)
-    if scenario.fabric.kind == "multiplane-clos":
+    if scenario.fabric.kind == FabricKind.CLOS:
         return ClosComponents(clos_geometry(scenario.fabric))
     return GraphComponents(build(scenario))
 

@@ -19,6 +19,7 @@ from collections import OrderedDict
 import networkx as nx
 import numpy as np
 
+from fabricjax.config import FabricKind
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.fattree import fat_tree_graph
 from fabricjax.fabric.graphfile import check_graph, load_graph, natural_key
@@ -63,13 +64,33 @@ class GraphFabric:
     nic_gbps: np.ndarray
     cables: np.ndarray
     paths_per_pair: int
-    family: str = "graph"     # "fat-tree": candidate paths are the equal-cost ones only
+    kind: FabricKind = FabricKind.GRAPH    # a fat tree's candidates are all equal-cost
 
-    kind = "graph"
+    # ------------------------------------------------------------------ routes on the host
+    def nic_rate(self) -> np.ndarray:
+        """The NIC rates the host arithmetic uses: float64[N], per GPU (Gbit/s)."""
+        return self.gpu_nic_gbps
 
-    @property
-    def is_fat_tree(self) -> bool:
-        return self.family == "fat-tree"
+    def candidate_paths(self, src: np.ndarray, dst: np.ndarray, pool: str
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """(cand int32[F, K, H], distinct int32[F]): each flow's candidate paths as stored
+        link ids. `pool`: "equal-cost" (the shortest only, as ECMP hashes) or "candidates"
+        (the K shortest, detours included; a fat tree's are equal-cost anyway)."""
+        detour = 0 if pool == "equal-cost" or self.kind.equal_cost_only else None
+        return self.paths_for(src, dst, detour)
+
+    def flow_hops(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """int64[F]: links on each flow's shortest path."""
+        if np.size(src) == 0:
+            return np.zeros(0, np.int64)
+        cand, _ = self.candidate_paths(src, dst, "equal-cost")
+        return np.sum(cand[:, 0, :] != self.num_links, axis=-1).astype(np.int64)
+
+    def slot_links(self, src: np.ndarray, dst: np.ndarray, plane: np.ndarray,
+                   choice: np.ndarray, pool: str) -> np.ndarray:
+        """int32[F, K, H]: the link ids of every slot (a candidate index of `pool`)."""
+        cand, _ = self.candidate_paths(src, dst, pool)
+        return cand[np.arange(cand.shape[0])[:, None], choice]
 
     @property
     def num_links(self) -> int:
@@ -147,7 +168,7 @@ class GraphFabric:
         spine; L1, L2, ... otherwise)."""
         level = self.switch_level
         top = int(level.max()) if self.num_nodes else 0
-        if self.is_fat_tree:
+        if self.kind.equal_cost_only:
             names = {1: "edge", 2: "agg", 3: "core"}
         elif top == 2:
             names = {1: "leaf", 2: "spine"}

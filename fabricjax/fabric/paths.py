@@ -43,23 +43,9 @@ class PathSet:
 
 def clos_path_links(geom: ClosGeometry, src: Any, dst: Any, plane: Any, spine: Any,
                     xp: Any = np) -> Any:
-    """Link ids [..., 4] of the path (plane, spine) from GPU src to GPU dst.
-
-    Works with numpy or jax.numpy (`xp`) so the device can recompute paths when a policy moves
-    a slot to another spine. Inputs broadcast against each other."""
-    src_t0 = geom.t0_of(src)
-    dst_t0 = geom.t0_of(dst)
-    local = src_t0 == dst_t0
-    first = geom.gpu_up(plane, src)
-    last = geom.gpu_down(plane, dst)
-    up = geom.t0_up(plane, src_t0, spine)
-    down = geom.t1_down(plane, dst_t0, spine)
-    sentinel = geom.sentinel
-    hop1 = xp.where(local, last, up)
-    hop2 = xp.where(local, sentinel, down)
-    hop3 = xp.where(local, sentinel, last)
-    first, hop1, hop2, hop3 = xp.broadcast_arrays(first, hop1, hop2, hop3)
-    return xp.stack([first, hop1, hop2, hop3], axis=-1).astype(xp.int32)
+    """Link ids [..., 4] of the path (plane, spine) from GPU src to GPU dst
+    (`ClosGeometry.path_links`; numpy or jax.numpy through `xp`)."""
+    return geom.path_links(src, dst, plane, spine, xp=xp)
 
 
 def fabric_hops_alive(geom: ClosGeometry, plane, src_t0, dst_t0, spine, alive_ext):

@@ -9,7 +9,7 @@ any array or graph exists: an oversized fabric is refused in microseconds with w
 
 from __future__ import annotations
 
-from fabricjax.config import MAX_LINK_ID, FabricConfig, t0_count, two_tier_ports
+from fabricjax.config import MAX_LINK_ID, FabricConfig, FabricKind, t0_count, two_tier_ports
 from fabricjax.core.errors import ScenarioError
 
 # the largest graph (fat tree or file) built as a networkx graph: edges, one per switch pair
@@ -77,7 +77,7 @@ def check_fat_tree_size(gpus: int, radix: int, tiers: int = 3, planes: int = 1,
 
 def check_other_fabric(fabric: FabricConfig) -> None:
     """What a fat-tree or graph fabric needs (the graph file itself is checked when read)."""
-    if fabric.kind == "graph":
+    if fabric.kind == FabricKind.GRAPH:
         if fabric.file is None:
             raise ScenarioError("fabric.file", "kind graph needs a file: GraphML or an edge "
                                 "list, relative to the scenario")
@@ -105,7 +105,7 @@ def check_other_fabric(fabric: FabricConfig) -> None:
 
 def check_fabric(fabric: FabricConfig) -> None:
     """Raise a ScenarioError for a fabric that cannot be built."""
-    if fabric.kind != "multiplane-clos":
+    if fabric.kind != FabricKind.CLOS:
         return check_other_fabric(fabric)
     if fabric.tiers != 2 or fabric.file is not None:
         raise ScenarioError("fabric.tiers" if fabric.tiers != 2 else "fabric.file",

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fabricjax.config import FailuresConfig, Scenario
+from fabricjax.config import FabricKind, FailuresConfig, Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.paths import placed_slots
 from fabricjax.scenario import check_sections
@@ -277,7 +277,7 @@ def uses_evs(section: Any, scenario: Scenario) -> bool:
     """Whether a spraying policy (its settings `section`) carries `evs` slots
     per flow: always on a Clos, and when hashed on a stored-path fabric (EVs hashed onto the
     equal-cost paths); routed on a stored-path fabric it uses each candidate path once."""
-    return scenario.fabric.kind == "multiplane-clos" or section.placement == "hashed"
+    return scenario.fabric.kind == FabricKind.CLOS or section.placement == "hashed"
 
 
 def spraying_slots(section: Any, scenario: Scenario) -> int:
@@ -289,7 +289,7 @@ def evs_field(name: str, scenario: Scenario) -> tuple[str, str, int]:
     """`path_field` of a spraying policy (`name` its section): its EVs (a multiple of the
     planes on a Clos or fat tree), or the fabric's candidate paths when it sprays over them."""
     cfg = scenario.fabric
-    step = cfg.planes if cfg.kind in ("multiplane-clos", "fat-tree") else 1
+    step = cfg.planes if FabricKind(cfg.kind).planes_by_construction else 1
     if uses_evs(scenario.section(name), scenario):
         return name, "evs", step
     return "fabric", "paths", step

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from pydantic import Field
 
-from fabricjax.config import Scenario, Strict
+from fabricjax.config import FabricKind, Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.fabric.paths import hashed_slots
 from fabricjax.policies.base import Policy, Reaction, Slots
@@ -51,10 +51,10 @@ class Ecmp(Policy):
         """QPs per flow on a stored-path fabric (per plane of a fat tree, per flow on a graph
         file, whose planes are not known)."""
         cfg = scenario.fabric
-        return self.section(scenario).qps * (cfg.planes if cfg.kind == "fat-tree" else 1)
+        return self.section(scenario).qps * (cfg.planes if cfg.kind == FabricKind.FAT_TREE else 1)
 
     def slots_per_flow(self, scenario: Scenario) -> int:
-        if scenario.fabric.kind == "multiplane-clos":
+        if scenario.fabric.kind == FabricKind.CLOS:
             return self.section(scenario).qps * scenario.fabric.planes
         return self.qps(scenario)
 

@@ -64,11 +64,12 @@ import numpy as np
 
 from pydantic import Field
 
-from fabricjax.config import Scenario, Strict
+from fabricjax.config import FabricKind, Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.core.status import Status
 from fabricjax.fabric.clos import ClosGeometry, clos_geometry
 from fabricjax.policies.base import TRACED, Policy, Reaction, Slots, stored_spray_slots
+from fabricjax.solver.incidence import ClosRoutes
 
 OK, ITERATION_CAP, LOST_PLANE = int(Status.OK), int(Status.ITERATION_CAP), int(Status.LOST_PLANE)
 
@@ -617,7 +618,7 @@ class Optimal(Policy):
     memory_profile: str = "commodity-loop"
 
     def slots_per_flow(self, scenario: Scenario) -> int:
-        if scenario.fabric.kind == "multiplane-clos":
+        if scenario.fabric.kind == FabricKind.CLOS:
             geom = clos_geometry(scenario.fabric)
             return geom.planes * geom.spines
         return scenario.fabric.paths
@@ -643,7 +644,7 @@ class Optimal(Policy):
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
               settings, layout) -> Reaction:
-        if routes.kind == "clos":
+        if isinstance(routes, ClosRoutes):
             geom = routes.geom
             sol = solve_commodities(geom, phase.src, phase.dst, phase.demand,
                                     state["flow_commodity"], state["comm_src"],

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from fabricjax.config import FabricKind
 from fabricjax.core.output import write_output
 from fabricjax.core.registry import known_names, lookup
 from fabricjax.core.units import format_bytes, value_text
@@ -141,7 +142,7 @@ def _subtitle(report) -> str:
     parts = []
     if "gpus" in fabric:
         parts.append(f"{fabric['gpus']:,} GPUs")
-    if fabric.get("kind") in ("fat-tree", "graph"):
+    if not FabricKind(fabric.get("kind", FabricKind.CLOS)).arithmetic_routes:
         planes = fabric.get("planes", 1)
         parts.append(f"{fabric['kind']}, NIC {fabric['nic_gbps']:g}G"
                      + (f" as {planes} planes" if planes > 1 else ""))

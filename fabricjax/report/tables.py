@@ -12,6 +12,7 @@ import math
 from rich.markup import escape
 from rich.table import Table
 
+from fabricjax.config import FabricKind
 from fabricjax.core.units import format_bytes, format_seconds
 from fabricjax.results import Report
 
@@ -29,7 +30,7 @@ def _opt(value: float | None, fmt: str) -> str:
 
 
 def fabric_line(fabric: dict) -> str:
-    if fabric.get("kind") in ("fat-tree", "graph"):
+    if not FabricKind(fabric.get("kind", FabricKind.CLOS)).arithmetic_routes:
         planes = fabric.get("planes", 1)
         nic = f"NIC {fabric['nic_gbps']:g}G" + (
             f" ({planes} planes x {fabric['port_gbps']:g}G)"

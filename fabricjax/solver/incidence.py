@@ -95,8 +95,6 @@ class ClosRoutes(RoutesMixin):
     (plane, spine) is GPU -> T0 -> T1(spine) -> T0 -> GPU on that plane, or GPU -> T0 -> GPU
     when both GPUs share a T0 (then the spine does not matter). Slot k is on plane k % P."""
 
-    kind = "clos"
-
     def __init__(self, geom: ClosGeometry, src, dst):
         self.geom = geom
         self.src = src
@@ -218,8 +216,6 @@ class StoredRoutes(RoutesMixin):
     repeats the last); rank: int32[F, C], a candidate's position in its plane's group;
     group_start, group_count: int32[F, P], where each plane's group starts in `by_plane` and
     how many distinct candidates it has. Static: num_links L, planes P."""
-
-    kind = "stored"
 
     def __init__(self, num_links: int, planes: int, cand, cand_switch, plane, distinct,
                  by_plane, rank, group_start, group_count):
