@@ -105,7 +105,7 @@ def _fields_table(schema: dict, defs: dict) -> list[str]:
             (_ref_name(o) for o in node.get("anyOf", ()) if _ref_name(o)), None)
         kind = _type(node)
         if target:
-            kind = f"section ([{target}](#{_anchor(target)}))"
+            kind = f"section ([fields](#{_anchor(target)}))"
         items = node.get("items", {})
         if "discriminator" in items:
             kind = "list of [workload items](#workload-items)"
@@ -126,10 +126,39 @@ def _section(name: str, schema: dict, defs: dict, title: str | None = None) -> l
     return lines + _fields_table(schema, defs) + [""]
 
 
+def _paths(schema: dict, defs: dict) -> dict[str, list[str]]:
+    """{definition name: the dotted scenario paths where it is used}, in the schema's order;
+    workload items are named by their `collective`."""
+    found: dict[str, list[str]] = {}
+
+    def refs(node: dict) -> list[str]:
+        return [r for r in [_ref_name(node)] + [_ref_name(o) for o in node.get("anyOf", ())]
+                if r]
+
+    def walk(section: dict, prefix: str) -> None:
+        for name, node in section.get("properties", {}).items():
+            items = node.get("items", {})
+            if "discriminator" in items:
+                for value, ref in items["discriminator"]["mapping"].items():
+                    target = ref.rsplit("/", 1)[-1]
+                    if target not in found:
+                        found[target] = [f"collective: {value}"]
+                        walk(defs[target], f"{value} item: ")
+                continue
+            for target in refs(node):
+                first = target not in found
+                found.setdefault(target, []).append(f"{prefix}{name}")
+                if first:
+                    walk(defs[target], f"{prefix}{name}.")
+    walk(schema, "")
+    return found
+
+
 def scenario_reference() -> str:
     """The scenario reference page, from the schema."""
     schema = scenario_schema()
     defs = schema.get("$defs", {})
+    paths = _paths(schema, defs)
     lines = [HEADER.format(source="the pydantic models in fabricjax/config.py"),
              "# Scenario reference", "",
              "Every field of a scenario file, generated from the models that validate it: the "
@@ -141,51 +170,19 @@ def scenario_reference() -> str:
     if schema.get("description"):
         lines += [" ".join(schema["description"].split()), ""]
     lines += _fields_table(schema, defs) + [""]
-
-    # the workload items: one section per collective, in the discriminator's order
-    union = next((node["items"] for node in schema.get("properties", {}).values()
-                  if "discriminator" in node.get("items", {})), None)
-    seen: set[str] = set()
+    items = [name for name, where in paths.items() if where[0].startswith("collective: ")]
+    nested = [name for name in paths if any(" item: " in p for p in paths[name])]
+    sections = [name for name in paths if name not in items and name not in nested]
     lines += ["## Sections", ""]
-    order: list[str] = []
-
-    def visit(name: str) -> None:
-        if name in seen:
-            return
-        seen.add(name)
-        order.append(name)
-        for node in defs[name].get("properties", {}).values():
-            for ref in [_ref_name(node)] + [_ref_name(o) for o in node.get("anyOf", ())]:
-                if ref:
-                    visit(ref)
-
-    items = []
-    if union is not None:
-        mapping = union["discriminator"]["mapping"]
-        items = [(value, ref.rsplit("/", 1)[-1]) for value, ref in mapping.items()]
-        seen.update(name for _, name in items)
-    for node in schema.get("properties", {}).values():
-        for ref in [_ref_name(node)] + [_ref_name(o) for o in node.get("anyOf", ())]:
-            if ref:
-                visit(ref)
-    for name in order:
-        lines += _section(name, defs[name], defs)
-    if items:
-        lines += ["## Workload items {#workload-items}", "",
-                  "Each item of `workload` (and of `jobs`) is one of these, chosen by its "
-                  "`collective`:", ""]
-        for value, name in items:
-            lines += _section(name, defs[name], defs, title=f"collective: {value}")
-        nested: list[str] = []
-        for _, name in items:
-            for node in defs[name].get("properties", {}).values():
-                ref = _ref_name(node) or next(
-                    (_ref_name(o) for o in node.get("anyOf", ()) if _ref_name(o)), None)
-                if ref and ref not in seen:
-                    seen.add(ref)
-                    nested.append(ref)
-        for name in nested:
-            lines += _section(name, defs[name], defs)
+    for name in sections:
+        lines += _section(name, defs[name], defs,
+                          title=", ".join(f"`{p}`" for p in paths[name]))
+    lines += ["## Workload items {#workload-items}", "",
+              "Each item of `workload` (and of `jobs`) is one of these, chosen by its "
+              "`collective`:", ""]
+    for name in items + nested:
+        lines += _section(name, defs[name], defs,
+                          title=", ".join(f"`{p}`" for p in paths[name]))
     return "\n".join(lines).rstrip() + "\n"
 
 
