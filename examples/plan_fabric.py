@@ -62,14 +62,25 @@ except fj.ScenarioError as error:
 # %% [markdown]
 # ## Planes: one 800G port or eight 100G ports
 #
-# The NIC keeps its 800G; only how it is split changes. Each design is analysed under
-# every policy; `to_pandas()` gives one row per policy and workload item.
+# The NIC keeps its 800G and the switch keeps its chip: a switch ASIC of fixed capacity
+# offers 64 ports of 800G or 512 of 100G, so a design with P planes of 800/P G ports uses
+# switches of P times the radix. Each design is analysed under every policy;
+# `to_pandas()` gives one row per policy and workload item.
 
 # %%
 PLANES = [1, 2, 4, 8]
+RADIX = 16 if SMALL else 64          # ports of the switch chip at 800G
+
+
+def design_of(planes: int) -> dict:
+    """The fabric section of the design with `planes` planes."""
+    return {"fabric.planes": planes, "fabric.port_gbps": f"{800 // planes}G",
+            "fabric.radix": RADIX * planes}
+
+
 rows = []
 for planes in PLANES:
-    design = base.replace({"fabric.planes": planes, "fabric.port_gbps": f"{800 // planes}G"})
+    design = base.replace(design_of(planes))
     frame = fj.analyze(design, policies=POLICIES).to_pandas()
     frame["planes"] = planes
     rows.append(frame)
@@ -79,7 +90,8 @@ print(by_planes.pivot_table(index="planes", columns=["policy", "workload"],
 
 # %% [markdown]
 # ECMP's P100 grows with the planes (more, thinner bins for the same hashed flows);
-# spraying and MRC stay near 1 as long as each flow's EVs reach every spine.
+# spraying and MRC stay near 1 as long as each flow's EVs reach every spine, and more
+# planes of higher-radix switches need fewer tiers and fewer switches per GPU.
 #
 # ## Entropy values: how many does spraying need?
 #
@@ -110,7 +122,7 @@ PRICES = {"switch": 25_000.0, "module": 900.0, "kw_year": 1_000.0}  # USD, place
 materials = []
 for planes in PLANES:
     section = {"gpus": 128 if SMALL else 1024, "planes": planes,
-               "port_gbps": 800 / planes, "radix": 16 if SMALL else 64}
+               "port_gbps": 800 / planes, "radix": RADIX * planes}
     b = bom(FabricConfig(**section))
     materials.append({"planes": planes, "switches": b["switches"], "modules": b["modules"],
                       "kw": b["watts"] / 1e3, "gpus": b["gpus"]})
