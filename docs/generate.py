@@ -119,8 +119,9 @@ OUTPUTS: tuple[Output, ...] = (
            cut=_between("Jobs sharing the fabric", "Iterative policies")),
     Output("training-dense-3d", ("fabricjax analyze scenarios/training-dense-3d.yaml -q",),
            cut=_from("Training step: communication")),
+    # the rows as CSV: the step's columns do not fit a table in 150 characters
     Output("training-dense-3d-rails", ("fabricjax sweep scenarios/training-dense-3d.yaml -q "
-                                       "--set fabric.rail_optimised=false,true",)),
+                                       "--set fabric.rail_optimised=false,true --csv -",)),
     Output("training-moe", ("fabricjax analyze scenarios/training-moe.yaml -q",),
            cut=_from("Training step: communication")),
     Output("training-moe-32k-refused", (
