@@ -140,6 +140,8 @@ OUTPUTS: tuple[Output, ...] = (
 # cache's contents. Each pattern's match becomes its replacement.
 MASKS: tuple[tuple[str, str], ...] = (
     (r"point\(s\) in [0-9.]+ s", "point(s) in <s> s"),
+    # a sweep's CSV row ends with the point's wall seconds (point_wall_s)
+    (r"(?m)^(\d+,.*),[0-9.]+$", r"\1,<s>"),
     (r"(compilation cache: [^:]*): .*", r"\1: <contents>"),
     (r"\b\d+\.\d+\.\d+(\.dev\w+)?\b", "<version>"),
 )
