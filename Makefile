@@ -5,12 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
-        bench-collectives bench-incidence bench-coldstart bench-soak bench-fidelity clean
+        bench-collectives bench-incidence bench-coldstart bench-soak bench-fidelity clean \
+        docs docs-serve docs-outputs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,docs]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -29,11 +30,11 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_foundation.py
 
-# issue 7's suite: 1k to 131k GPUs, every policy, one table (about 30 minutes on 2 cores)
+# the scale suite: 1k to 131k GPUs, every policy, one table (about 30 minutes on 2 cores)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/bench_scale.py | tee bench/scale_last_run.log
 
-# issue 17: fabricjax's FCTs beside htsim's on the calibration cases (committed htsim results;
+# fabricjax's FCTs beside htsim's on the calibration cases (committed htsim results;
 # bench/fidelity/HTSIM.md says how they were made)
 bench-fidelity: $(STAMP)
 	$(BIN)/python bench/fidelity/compare.py | tee bench/fidelity/last_run.log
@@ -44,23 +45,35 @@ bench-failures: $(STAMP)
 bench-memory: $(STAMP)
 	$(BIN)/python bench/memory_calibration.py | tee bench/memory_last_run.log
 
-# issue 5: progressive completion vs the numpy event-driven reference, all-to-all classes vs
+# progressive completion vs the numpy event-driven reference, all-to-all classes vs
 # flow by flow (about 90 s; writes bench/collectives_last_run.log)
 bench-collectives: $(STAMP)
 	$(BIN)/python bench/bench_collectives.py
 
-# issue 15: link loads on stored paths, segment_sum against the BCOO incidence matrix
+# link loads on stored paths, segment_sum against the BCOO incidence matrix
 bench-incidence: $(STAMP)
 	$(BIN)/python bench/bench_incidence.py
 
-# issue 16: a one-off question's wall time, cold and warm cache, and where it goes
+# a one-off question's wall time, cold and warm cache, and where it goes
 bench-coldstart: $(STAMP)
 	$(BIN)/python bench/bench_coldstart.py | tee bench/coldstart_last_run.log
 
-# issue 19: a 1,000-point sweep, resident memory every 100 points (a few minutes; writes
+# a 1,000-point sweep, resident memory every 100 points (a few minutes; writes
 # bench/soak_last_run.log)
 bench-soak: $(STAMP)
 	$(BIN)/python bench/bench_soak.py
 
+# The docs site (docs/, mkdocs.yml): built strict, so a broken link, anchor or include fails
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(BIN)/mkdocs serve
+
+# every command output the docs and README show, rerun (a few minutes), and the generated
+# reference pages (scenario file, CLI)
+docs-outputs: $(STAMP)
+	$(BIN)/python docs/generate.py
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis site
