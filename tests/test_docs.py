@@ -52,9 +52,10 @@ def test_readme_is_a_front_page():
         assert needed in text
 
 
-def test_no_issue_numbers_in_the_readme_the_docs_or_the_changelog():
+def test_no_issue_numbers_in_the_readme_the_docs_the_changelog_or_the_code():
     files = [ROOT / "README.md", ROOT / "CHANGELOG.md", *_pages(), *DOCS.glob("*.py"),
-             *(ROOT / "examples").glob("*.py")]
+             *(ROOT / "examples").glob("*.py"), *(ROOT / "fabricjax").rglob("*.py"),
+             *(ROOT / "cli").rglob("*.py"), ROOT / "Makefile"]
     found = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in files
              for m in ISSUE_NUMBER.finditer(path.read_text())]
     assert not found, found

@@ -11,7 +11,7 @@ component failure rates into expected events, stall time and crash probability p
 Both work on every fabric kind. Nothing here loops over flows or links; the loops are over
 policies, workload phases and chunks of failure sets.
 
-The transient (README, "Failures"): a flow with bytes on a pre-failure path that died is
+The transient (docs/failures.md): a flow with bytes on a pre-failure path that died is
 *affected*; its collective step stalls until the policy reacts (`Policy.reaction_window_s`:
 routing reconvergence for ECMP and oblivious spraying, MRC's reaction time for MRC). A stall
 at least as long as the transport timeout fails the job, which then restarts from a

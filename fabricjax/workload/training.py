@@ -2,8 +2,8 @@
 the step's communication: phases of concurrent collectives over every process group.
 
 Contract: `parallel_grid` places the ranks (Megatron-LM's order by default: TP fastest, then
-DP, then PP); `parameter_counts` and `training_bytes` are the closed-form formulas (README,
-"Training steps", with their sources); `training_step` builds the `Collective`: one phase per
+DP, then PP); `parameter_counts` and `training_bytes` are the closed-form formulas
+(docs/training.md gives their sources); `training_step` builds the `Collective`: one phase per
 kind of collective, each the union of all its groups' flows (every DP group's ring step at
 once), tagged with its dimension, and a `StepPlan` naming every group. Host numpy only.
 
