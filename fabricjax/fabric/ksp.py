@@ -21,6 +21,8 @@ equal-cost paths than K the slots hold an arbitrary fixed subset of them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Sequence
 
 import networkx as nx
@@ -31,7 +33,7 @@ from fabricjax.core.errors import ScenarioError
 _SOURCE, _SINK = -1, -2          # virtual path-search endpoints (real node ids are >= 0)
 
 
-def _class_pair_paths(gf: GraphFabric, search: nx.Graph, src_set: Sequence[int],
+def _class_pair_paths(gf: Any, search: nx.Graph, src_set: Sequence[int],
                       dst_set: Sequence[int], max_extra_hops: int | None) -> list[list[int]]:
     """Up to K switch sequences, shortest first, from a switch of src_set to one of dst_set."""
     search.add_edges_from((_SOURCE, s) for s in src_set)
@@ -54,7 +56,7 @@ def _class_pair_paths(gf: GraphFabric, search: nx.Graph, src_set: Sequence[int],
     return found
 
 
-def candidate_paths(gf: GraphFabric, src_gpus, dst_gpus, *, max_extra_hops: int | None = None
+def candidate_paths(gf: Any, src_gpus, dst_gpus, *, max_extra_hops: int | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
     """(links int32[F, K, H], distinct int32[F]): K path slots of each flow src -> dst.
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -70,20 +70,9 @@ from fabricjax.core.status import Status
 from fabricjax.fabric.clos import ClosGeometry, clos_geometry
 from fabricjax.policies.base import TRACED, Policy, Reaction, Slots, stored_spray_slots
 from fabricjax.solver.incidence import ClosRoutes
+from fabricjax.solver.mirror_prox import SaddleProblem, capacity_units, mirror_prox
 
 OK, ITERATION_CAP, LOST_PLANE = int(Status.OK), int(Status.ITERATION_CAP), int(Status.LOST_PLANE)
-
-# Entries this small are zero for the prices and splits (it keeps log() finite; float32's
-# smallest normal is 1.2e-38).
-_TINY = 1e-30
-_LOG_TINY = float(np.log(_TINY))
-# Relative float32 noise allowed in mirror-prox's step acceptance test: near the optimum both
-# sides of the test are differences of nearly equal numbers, and without this slack rounding
-# alone rejects every step and the step size collapses to zero.
-_ROUNDING = 1e-5
-_GROW, _SHRINK = 1.2, 0.5    # step size after an accepted / a rejected step
-_MAX_STEP = 1e6              # largest step, relative to the first
-
 
 class Commodities(NamedTuple):
     """Flows grouped by (source T0, destination T0), built on the host from src/dst alone.
@@ -161,242 +150,6 @@ def full_slot_grid(geom: ClosGeometry, num_flows: int) -> tuple[np.ndarray, np.n
     return np.ascontiguousarray(plane), np.ascontiguousarray(spine)
 
 
-class _Point(NamedTuple):
-    """A point of the saddle problem, each distribution with its log (floored)."""
-
-    x: jax.Array          # float[C, P, S] split of each (commodity, plane) over its choices
-    log_x: jax.Array
-    ys: tuple             # link prices, arrays [X, P, Y] (one simplex per plane across them)
-    log_ys: tuple
-
-
-class _State(NamedTuple):
-    z: _Point
-    step: jax.Array         # float[P] mirror-prox step per plane
-    sums: tuple             # step-weighted sums of the extrapolated (x, ys) since the
-    sum_step: jax.Array     # last restart, and of the steps (float[P])
-    restart_gap: jax.Array  # float[P] gap of the averaged point at the last restart
-    best_x: jax.Array       # float[C, P, S] per plane, the split with the lowest max utilisation
-    best_upper: jax.Array   # float[P]
-    best_lower: jax.Array   # float[P]
-    iterations: jax.Array   # int32
-
-
-class _Problem(NamedTuple):
-    """One min-max-utilisation problem for `_mirror_prox` (traced arrays and functions).
-
-    D: float[C, P] demand of each commodity on each plane, in units of the largest capacity.
-    mask: bool[C, P, S] the live choices of each (commodity, plane). live_ys: tuple of bool
-    [X, P, Y] the priced links, grouped as the price arrays are. utilisation(x) -> tuple of
-    [X, P, Y] link utilisations; lengths(ys) -> float[C, P, S] each choice's price length;
-    restricted(ys, active) -> float[P] extra duality bounds, or None. host: a constant lower
-    bound on the optimum (links no choice moves). links_per_path: priced links a unit of flow
-    crosses (scales the distance-generating function)."""
-
-    D: jax.Array
-    mask: jax.Array
-    live_ys: tuple
-    utilisation: Any
-    lengths: Any
-    restricted: Any
-    host: jax.Array
-    links_per_path: jax.Array
-
-
-def _sum_planes(parts) -> jax.Array:
-    """The sum over every price array of its entries per plane, float[P] (in order)."""
-    return functools.reduce(jnp.add, [p.sum((0, 2)) for p in parts])
-
-
-def _max_planes(parts) -> jax.Array:
-    return functools.reduce(jnp.maximum, [p.max((0, 2)) for p in parts])
-
-
-def _mirror_prox(problem: _Problem, max_iters, tol):
-    """(best_x float[C, P, S], upper, lower, iterations, capped bool): the entropic
-    mirror-prox loop of the module docstring, one `lax.while_loop`."""
-    D, mask, live_ys = problem.D, problem.mask, problem.live_ys
-    C, P, S = mask.shape
-    f32 = jnp.float32
-    has_choice = mask.any(-1)                                       # [C, P]
-    active = has_choice & (D > 0)
-
-    def ratio(num, den):
-        return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0)
-
-    def lower_bound(ys, length):
-        """Per-plane duality bounds from prices y (see the module docstring), float[P]."""
-        shortest = jnp.min(jnp.where(mask, length, jnp.inf), -1)
-        num = jnp.sum(jnp.where(active, D * shortest, 0.0), 0)
-        best = ratio(num, _sum_planes(ys))
-        if problem.restricted is not None:
-            best = jnp.maximum(best, problem.restricted(ys, active))
-        return best
-
-    def normalise_x(logits):
-        """Softmax over each (c, p)'s live choices: (x, log x), the log floored at _LOG_TINY
-        (so a choice that fell out of use can come back in a few steps)."""
-        logits = jnp.where(mask, logits, -jnp.inf)
-        top = jnp.max(logits, -1, keepdims=True)
-        shifted = logits - jnp.where(jnp.isfinite(top), top, 0.0)  # exp cannot overflow
-        e = jnp.where(mask, jnp.exp(shifted), 0.0)
-        z = jnp.maximum(e.sum(-1, keepdims=True), _TINY)
-        return e / z, jnp.where(mask, jnp.maximum(shifted - jnp.log(z), _LOG_TINY), _LOG_TINY)
-
-    def normalise_y(logits):
-        """Softmax over each plane's priced links: (ys, log ys)."""
-        logits = tuple(jnp.where(live, lg, -jnp.inf) for live, lg in zip(live_ys, logits))
-        top = _max_planes(logits)
-        top = jnp.where(jnp.isfinite(top), top, 0.0)[None, :, None]
-        es = tuple(jnp.where(live, jnp.exp(lg - top), 0.0) for live, lg in zip(live_ys, logits))
-        z = jnp.maximum(_sum_planes(es), _TINY)[None, :, None]
-        log_z = top + jnp.log(z)
-        return (tuple(e / z for e in es),
-                tuple(jnp.where(live, jnp.maximum(lg - log_z, _LOG_TINY), _LOG_TINY)
-                      for live, lg in zip(live_ys, logits)))
-
-    def log(x):
-        return jnp.maximum(jnp.log(jnp.maximum(x, _TINY)), _LOG_TINY)
-
-    def bregman(a, log_a, b, log_b):
-        """Entropy Bregman terms b * (r log r - r + 1) with r = a / b, i.e. a (d - 1) + b
-        with d = log r, summed later; a series near d = 0, where that form cancels
-        catastrophically in float32."""
-        d = log_a - log_b
-        series = b * d * d * (0.5 + d * (1.0 / 3.0 + d * 0.125))
-        return jnp.where(jnp.abs(d) < 1e-2, series, a * (d - 1.0) + b)
-
-    # Distance-generating function per plane: sum_c weight_p * D_cp * KL(x_cp) + KL(y_p),
-    # with weight_p = (priced live links of p) / (links_per_path * total demand of p, in units
-    # of the largest capacity): 1 / the plane's mean utilisation of its priced links when
-    # capacities are equal, whatever the split. Chosen by measurement: on random failures from
-    # 7 to 1,024 GPUs it took 5-10x fewer steps than scaling both parts to the log of their
-    # sizes (Nemirovski's textbook choice, whose step count grew with the fabric), and fewer
-    # than the capacity-weighted mean.
-    num_live = _sum_planes(live_ys).astype(f32)
-    weight = num_live / jnp.maximum(problem.links_per_path * D.sum(0), 1e-20)
-    weight = jnp.where(weight > 0, weight, 1.0)      # [P]; a plane with no live priced link
-
-    def divergence(a: _Point, b: _Point):
-        """V_b(a) per plane, float[P]."""
-        dx = jnp.sum(weight * D * jnp.where(mask, bregman(a.x, a.log_x, b.x, b.log_x),
-                                            0.0).sum(-1), 0)
-        dy = _sum_planes([jnp.where(live, bregman(ay, lay, by, lby), 0.0)
-                          for live, ay, lay, by, lby in zip(live_ys, a.ys, a.log_ys, b.ys,
-                                                             b.log_ys)])
-        return dx + dy
-
-    def prox(z: _Point, step, length, us) -> _Point:
-        """Entropic prox step from z against the gradient (length for x, -u for y)."""
-        g = step[None, :, None]
-        x, log_x = normalise_x(z.log_x - g * length / weight[None, :, None])
-        return _Point(x, log_x, *normalise_y(tuple(ly + g * u for ly, u in zip(z.log_ys, us))))
-
-    def select(flag, a: _Point, b: _Point) -> _Point:
-        """Per plane: a where flag[P], else b."""
-        return jax.tree.map(lambda u, v: jnp.where(flag[None, :, None], u, v), a, b)
-
-    start = _Point(*normalise_x(jnp.zeros((C, P, S), f32)),
-                   *normalise_y(tuple(jnp.zeros(live.shape, f32) for live in live_ys)))
-    upper0 = _max_planes(problem.utilisation(start.x))
-    lower0 = lower_bound(start.ys, problem.lengths(start.ys))
-    step0 = 1.0 / jnp.maximum(upper0, 1e-6)        # first exponents of order one
-    no_sum = jax.tree.map(jnp.zeros_like, (start.x, start.ys))
-    init = _State(z=start, step=step0, sums=no_sum, sum_step=jnp.zeros(P, f32),
-                  restart_gap=upper0 - lower0, best_x=start.x, best_upper=upper0,
-                  best_lower=lower0, iterations=jnp.int32(0))
-    max_iters = jnp.asarray(max_iters, jnp.int32)
-    tol = jnp.asarray(tol, f32)
-    host = problem.host
-
-    def bounds(state):
-        return (jnp.maximum(host, state.best_upper.max()),
-                jnp.maximum(host, state.best_lower.max()))
-
-    def cond(state):
-        upper, lower = bounds(state)
-        return (state.iterations < max_iters) & (upper - lower > tol * upper)
-
-    def body(state):
-        z, step = state.z, state.step
-        us = problem.utilisation(z.x)
-        length = problem.lengths(z.ys)
-        # mirror-prox: extrapolate to w with the gradient at z, then step from z with w's
-        w = prox(z, step, length, us)
-        uws = problem.utilisation(w.x)
-        length_w = problem.lengths(w.ys)
-        z_next = prox(z, step, length_w, uws)
-        # accept when step * <F(w) - F(z), w - z+> <= V_z(w) + V_w(z+), which is all the
-        # O(1/t) analysis needs; else halve the step and retry from z
-        prod_x = D * ((length_w - length) * (w.x - z_next.x)).sum(-1)              # [C, P]
-        prods = [(uw - u) * (wy - zy) for uw, u, wy, zy in zip(uws, us, w.ys, z_next.ys)]
-        inner = functools.reduce(jnp.subtract, [prod_x.sum(0)] + [p.sum((0, 2)) for p in prods])
-        noise = functools.reduce(jnp.add, [jnp.abs(prod_x).sum(0)] +
-                                 [jnp.abs(p).sum((0, 2)) for p in prods])
-        ok = step * inner <= divergence(w, z) + divergence(z_next, w) + _ROUNDING * step * noise
-        taken = jnp.where(ok, step, 0.0)
-        sums = jax.tree.map(lambda total, v: total + taken[None, :, None] * v, state.sums,
-                            (w.x, w.ys))
-        sum_step = state.sum_step + taken
-        norm = jnp.maximum(sum_step, _TINY)[None, :, None]
-        has_avg = sum_step > 0
-        x_a, ys_a = jax.tree.map(
-            lambda total, v: jnp.where(has_avg[None, :, None], total / norm, v), sums,
-            (z.x, z.ys))
-        uas = problem.utilisation(x_a)
-
-        # certificates: best split among z, w and the average; best prices among w, average
-        candidates = jnp.stack([_max_planes(us), _max_planes(uws), _max_planes(uas)])  # [3, P]
-        pick = jnp.argmin(candidates, 0)
-        cand_x = jnp.where((pick == 0)[None, :, None], z.x,
-                           jnp.where((pick == 1)[None, :, None], w.x, x_a))
-        cand_upper = jnp.min(candidates, 0)
-        better = cand_upper < state.best_upper
-        best_x = jnp.where(better[None, :, None], cand_x, state.best_x)
-        best_upper = jnp.minimum(cand_upper, state.best_upper)
-        lower_a = lower_bound(ys_a, problem.lengths(ys_a))
-        lower_w = lower_bound(w.ys, length_w)
-        best_lower = jnp.maximum(state.best_lower, jnp.maximum(lower_a, lower_w))
-
-        # restart from the average once its gap has halved since the last restart (its logs
-        # are only taken when some plane restarts: they are the loop's costliest elementwise op)
-        gap_a = _max_planes(uas) - lower_a
-        restart = has_avg & (gap_a <= 0.5 * state.restart_gap)
-        average = jax.lax.cond(
-            jnp.any(restart),
-            lambda: _Point(x_a, log(x_a), ys_a, tuple(log(y) for y in ys_a)),
-            lambda: z)
-        z_new = select(restart, average, select(ok, z_next, z))
-        return _State(
-            z=z_new,
-            # capped: a plane at an exact optimum accepts every step, and an unbounded step
-            # would overflow to inf and turn 0 * inf into NaN
-            step=jnp.where(ok, jnp.minimum(step * _GROW, _MAX_STEP * step0), step * _SHRINK),
-            sums=jax.tree.map(lambda v: jnp.where(restart[None, :, None], 0.0, v), sums),
-            sum_step=jnp.where(restart, 0.0, sum_step),
-            restart_gap=jnp.where(restart, gap_a, state.restart_gap),
-            best_x=best_x, best_upper=best_upper, best_lower=best_lower,
-            iterations=state.iterations + 1)
-
-    final = jax.lax.while_loop(cond, body, init)
-    upper, lower = bounds(final)
-    # both are float32 sums of the same terms; at a tight certificate rounding can put the
-    # bound an ulp above the split's value, and lowering a lower bound keeps it valid
-    lower = jnp.minimum(lower, upper)
-    return final.best_x, upper, lower, final.iterations, upper - lower > tol * upper
-
-
-def _capacity_units(capacity, alive):
-    """(usable bool[L], cap_ref, inv_cap float32[L]): utilisation in units of the largest
-    usable capacity, so float32 sees numbers near 1."""
-    usable = alive & (capacity > 0)
-    cap_ref = jnp.max(jnp.where(usable, capacity, 0.0)).astype(jnp.float32)
-    cap_ref = jnp.where(cap_ref > 0, cap_ref, 1.0)
-    inv_cap = jnp.where(usable, cap_ref / jnp.where(usable, capacity, 1.0),
-                        0.0).astype(jnp.float32)
-    return usable, cap_ref, inv_cap
-
-
 def _status(capped, no_path) -> jax.Array:
     return (jnp.where(capped, ITERATION_CAP, OK) | jnp.where(no_path, LOST_PLANE, OK)
             ).astype(jnp.int32)
@@ -415,7 +168,7 @@ def solve_commodities(geom: ClosGeometry, src, dst, demand, flow_commodity, comm
     T, P, S, N = geom.t0s, geom.planes, geom.spines, geom.gpus
     C = comm_src.shape[0]
     demand = demand.astype(jnp.float32)
-    usable, cap_ref, inv_cap = _capacity_units(capacity, alive)
+    usable, cap_ref, inv_cap = capacity_units(capacity, alive)
 
     tiers = geom.tier_starts
     fabric = P * T * S
@@ -469,10 +222,10 @@ def solve_commodities(geom: ClosGeometry, src, dst, demand, flow_commodity, comm
         return best
 
     # each cross-T0 unit of flow crosses one uplink and one downlink
-    problem = _Problem(D=D, mask=mask, live_ys=(live_up, live_down), utilisation=utilisation,
+    problem = SaddleProblem(D=D, mask=mask, live_ys=(live_up, live_down), utilisation=utilisation,
                        lengths=lengths, restricted=restricted, host=host,
                        links_per_path=jnp.float32(2.0))
-    best_x, upper, lower, iterations, capped = _mirror_prox(problem, max_iters, tol)
+    best_x, upper, lower, iterations, capped = mirror_prox(problem, max_iters, tol)
     return CommoditySolution(split=best_x, flow_live=flow_live, upper=upper, lower=lower,
                              iterations=iterations, status=_status(capped, no_path))
 
@@ -548,9 +301,8 @@ def solve_paths(routes, demand, capacity, alive, link_plane, max_iters, tol) -> 
     num_links = capacity.shape[0]
     F, K, _ = routes.cand.shape
     demand = demand.astype(jnp.float32)
-    usable, cap_ref, inv_cap = _capacity_units(capacity, alive)
+    usable, cap_ref, inv_cap = capacity_units(capacity, alive)
     usable_ext = jnp.concatenate([usable, jnp.array([True])])
-    inv_ext = jnp.concatenate([inv_cap, jnp.zeros(1, jnp.float32)])
     distinct = jnp.arange(K)[None, :] < routes.distinct[:, None]                # [F, K]
     in_plane = routes.plane[:, None, :] == jnp.arange(P)[None, :, None]          # [F, P, K]
     has_cand = (in_plane & distinct[:, None, :]).any(-1)                         # [F, P]
@@ -577,10 +329,10 @@ def solve_paths(routes, demand, capacity, alive, link_plane, max_iters, tol) -> 
         length = jnp.sum(jnp.concatenate([per_link, jnp.zeros(1)])[routes.cand], axis=-1)
         return jnp.broadcast_to(length[:, None, :], mask.shape)
 
-    problem = _Problem(D=share, mask=mask, live_ys=(live_y,), utilisation=utilisation,
+    problem = SaddleProblem(D=share, mask=mask, live_ys=(live_y,), utilisation=utilisation,
                        lengths=lengths, restricted=None, host=jnp.float32(0.0),
                        links_per_path=jnp.maximum(mean_hops, 1.0))
-    best_x, upper, lower, iterations, capped = _mirror_prox(problem, max_iters, tol)
+    best_x, upper, lower, iterations, capped = mirror_prox(problem, max_iters, tol)
     fraction = jnp.where(flow_live, 1.0 / planes_used, 0.0)                     # [F, P]
     weights = jnp.sum(best_x * fraction[:, :, None], axis=1)
     return PathSolution(weights=weights, upper=upper, lower=lower, iterations=iterations,

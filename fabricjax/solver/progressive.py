@@ -25,7 +25,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fabricjax.core.status import Status
 from fabricjax.solver.maxmin import GBIT_PER_BYTE, max_min_rates
