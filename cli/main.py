@@ -26,8 +26,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-# Piped output (make demo, CI logs) gets a width that fits the tables.
-out = Console(width=None if sys.stdout.isatty() else 150)
+# Piped output (make demo, CI logs) gets a width that fits the tables, unless COLUMNS names one
+# (the tables then fit that width: `COLUMNS=80 fabricjax analyze ... | less`).
+out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 150)
 err = Console(stderr=True)
 
 

@@ -2,9 +2,9 @@
 
 Contract: every `plot_*` function reads a `Report` (or sweep rows) and nothing else, draws on
 its own Agg `Figure` (no pyplot, no global state), writes one PNG atomically (a temporary file
-in the target's folder, renamed over it) and returns its path -- or, called without a path, returns
-the matplotlib `Figure` unsaved (the Python API's `fabricjax.plot`) -- or None without writing
-when the report has nothing to draw. `write_plots` writes every applicable figure under a stable
+in the target's folder, renamed over it) and returns its path; called without a path it
+returns the `Figure` unsaved (the Python API's `fabricjax.plot`); None, without writing, when
+the report has nothing to draw. `write_plots` writes every applicable figure under a stable
 name. A policy keeps its colour in every figure; figures are 8 x 5 in at 150 dpi (grids of
 three or more rows of panels grow 2.5 in per row).
 """
