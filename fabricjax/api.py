@@ -132,6 +132,8 @@ def configure(scenario: Scenario | ScenarioConfig | str | Path, *,
                                  "seed": seed}
     if failures:
         overrides["failures"] = {**config.failures.model_dump(), **failures}
+    if all(value is None for value in overrides.values()):
+        return config                 # validated already: nothing to re-check
     try:
         return with_overrides(config, **overrides)
     except ScenarioError as error:
