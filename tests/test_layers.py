@@ -186,7 +186,9 @@ def _without_jax(code: str) -> subprocess.CompletedProcess:
 
 def test_report_never_imports_jax():
     proc = _without_jax("import fabricjax.report.tables, fabricjax.report.json, "
-                        "fabricjax.report.topo, fabricjax.report.plots, fabricjax.results")
+                        "fabricjax.report.topo, fabricjax.report.plots, fabricjax.results, "
+                        "fabricjax.report.layout, fabricjax.report.sweep, "
+                        "fabricjax.report.console, fabricjax, fabricjax.plot")
     assert proc.returncode == 0, proc.stderr
 
 
