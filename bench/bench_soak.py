@@ -1,6 +1,6 @@
 """Soak: does a long sweep's memory stay flat? A 1,000-point sweep of a small scenario, run as
-`fabricjax sweep` runs it (`sweep.run_sweep`, every point streamed to a JSON Lines file and a
-CSV through `sweep.SweepStreams`), printing the process's resident memory (RSS) every 100
+`fabricjax sweep` runs it (`sweeps.run_sweep`, every point streamed to a JSON Lines file and a
+CSV through `sweeps.SweepStreams`), printing the process's resident memory (RSS) every 100
 points.
 
     .venv/bin/python bench/bench_soak.py                 # 1,000 points (a few minutes)
@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 
-import fabricjax.sweep  # noqa: E402
+import fabricjax.sweeps.run  # noqa: E402
 from fabricjax.core.devices import compiled_programs  # noqa: E402
 from fabricjax.scenario import parse_scenario  # noqa: E402
-from fabricjax.sweep import (SweepStreams, parse_sets, run_sweep, sweep_device,  # noqa: E402
-                             sweep_header, sweep_points)
+from fabricjax.sweeps import (SweepStreams, parse_sets, run_sweep, sweep_device,  # noqa: E402
+                              sweep_header, sweep_points)
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = {
@@ -112,10 +112,10 @@ def main() -> None:
                         help="override sweep.COMPILED_LIMIT (programs kept before a clear)")
     args = parser.parse_args()
     if args.limit is not None:
-        fabricjax.sweep.COMPILED_LIMIT = args.limit
+        fabricjax.sweeps.run.COMPILED_LIMIT = args.limit
     log = [f"machine: {platform.machine()}, {os.cpu_count()} cores, "
            f"JAX {jax.__version__} on {jax.devices()[0].platform}; COMPILED_LIMIT "
-           f"{fabricjax.sweep.COMPILED_LIMIT}",
+           f"{fabricjax.sweeps.run.COMPILED_LIMIT}",
            f"sweep: {args.points:,} points, " + (
                "a new GPU count per point, spray, no failure sets" if args.new_shapes else
                "2 oversubscriptions x 2 EV counts x seeds, ecmp + spray, 8 failure sets per "

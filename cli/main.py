@@ -26,8 +26,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-# Piped output (make demo, CI logs) gets a width that fits the tables.
-out = Console(width=None if sys.stdout.isatty() else 150)
+# Piped output (make demo, CI logs) gets a width that fits the tables, unless COLUMNS names one
+# (the tables then fit that width: `COLUMNS=80 fabricjax analyze ... | less`).
+out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 150)
 err = Console(stderr=True)
 
 
@@ -82,30 +83,51 @@ def _root(
     """fabricjax: the tail of link utilisation and collective time, per load-balancing policy."""
 
 
-# scenario fields that command-line options set: an error about one names the option
-OPTION_FIELDS = {"policies": "--policy", "seed": "--seed", "failures.samples": "--samples",
-                 "failures.chunk": "--chunk"}
+# the Python API's arguments as the commands spell them: an error about one names the option
+OPTION_NAMES = {"policies": "--policy", "seed": "--seed", "samples": "--samples",
+                "chunk": "--chunk", "max_memory": "--max-memory", "cache_dir": "--cache-dir"}
+
+# options that `analyze` and `sweep` share, declared once
+PolicyOption = Annotated[Optional[list[str]], typer.Option(
+    "--policy", "-p", metavar="NAME",
+    help="Policy to evaluate (repeatable): ecmp, spray, mrc, optimal. "
+    "Default: the scenario's `policies`.")]
+CacheDirOption = Annotated[Optional[str], typer.Option(
+    "--cache-dir", metavar="DIR|off", help="Keep compiled programs in DIR for the next "
+    "run (default: $FABRICJAX_CACHE_DIR, else ~/.cache/fabricjax/xla); off: compile "
+    "afresh.")]
+DistributedOption = Annotated[bool, typer.Option(
+    "--distributed", help="Join a multi-process run (one process per host): every process "
+    "runs the same command; analyze shards the failure sets over all their devices, sweep "
+    "deals the points out to the processes; process 0 gathers, prints and writes. The "
+    "coordinator, process count and id come from SLURM or Open MPI, or from "
+    "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID.")]
+ResumeOption = Annotated[bool, typer.Option(
+    "--resume", help="Go on from an interrupted run: analyze streams a failure study's "
+    "per-set records to NAME.jsonl beside --json NAME.json, sweep its finished points to "
+    "--jsonl (or the .jsonl beside --json / --csv); --resume reads that stream, checks it "
+    "belongs to this scenario and options, and computes only what is left. The results are "
+    "the same as an uninterrupted run's.")]
+QuietOption = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="No progress bar; tables only.")]
 
 
 def _load(scenario: Path, **overrides):
-    """The validated scenario with the options' overrides; a bad file or a bad option value
-    is one line and exit 2, naming the file's field or the option the user typed."""
+    """The validated scenario with the options' overrides (`api.configure`); a bad file or a
+    bad option value is one line and exit 2, naming the file's field or the option the user
+    typed."""
+    from fabricjax.api import configure
     from fabricjax.core.errors import ScenarioError
-    from fabricjax.scenario import load_scenario, with_overrides
+    from fabricjax.scenario import load_scenario
 
     try:
         loaded = load_scenario(scenario)
     except ScenarioError as error:
         _fail(str(error))
     try:
-        return with_overrides(loaded, **overrides)
+        return configure(loaded, names=OPTION_NAMES, **overrides)
     except ScenarioError as error:
-        field = error.field
-        for name, option in OPTION_FIELDS.items():
-            if field == name or field.startswith((name + "[", name + ".")):
-                field = option
-                break
-        _fail(str(ScenarioError(field, error.message, error.source)))
+        _fail(str(error))
 
 
 def _check_plot_dir(path: Optional[str]) -> None:
@@ -192,10 +214,7 @@ def _open_stream(path: str, first: str, resume: bool):
 def analyze(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.",
                                              metavar="SCENARIO.yaml")],
-    policy: Annotated[Optional[list[str]], typer.Option(
-        "--policy", "-p", metavar="NAME",
-        help="Policy to evaluate (repeatable): ecmp, spray, mrc, optimal. "
-        "Default: the scenario's `policies`.")] = None,
+    policy: PolicyOption = None,
     seed: Annotated[Optional[int], typer.Option(
         metavar="N",
         help="Random seed for workload and path draws (overrides the scenario's).")] = None,
@@ -218,12 +237,7 @@ def analyze(
         metavar="N", help="Shard the failure sets over N devices: the first N GPUs, or "
         "on the CPU N virtual devices that run sets side by side on separate cores. Default: "
         "every GPU found, one CPU device.")] = None,
-    distributed: Annotated[bool, typer.Option(
-        "--distributed", help="Join a multi-process run (one process per host): every process "
-        "runs the same command, the failure sets are sharded over all their devices, and "
-        "process 0 prints and writes the report. The coordinator, process count and id come "
-        "from SLURM or Open MPI, or from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
-        "JAX_PROCESS_ID.")] = False,
+    distributed: DistributedOption = False,
     max_memory: Annotated[Optional[str], typer.Option(
         metavar="SIZE", help="Refuse, before computing, a scenario whose estimated peak "
         "memory exceeds SIZE (e.g. 8GiB). Default: the memory available now.")] = None,
@@ -235,29 +249,13 @@ def analyze(
         "--sensitivity", help="Name the links whose upgrade would most shorten each "
         "collective (the gradient of its time and P100 with respect to link capacity).")
     ] = False,
-    cache_dir: Annotated[Optional[str], typer.Option(
-        "--cache-dir", metavar="DIR|off", help="Keep compiled programs in DIR for the next "
-        "run (default: $FABRICJAX_CACHE_DIR, else ~/.cache/fabricjax/xla); off: compile "
-        "afresh.")] = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", help="Go on from an interrupted failure study: with --json NAME.json its "
-        "per-set records stream to NAME.jsonl as they finish; --resume reads them, checks "
-        "they belong to this scenario and options, and solves only the sets left. The report "
-        "is the same as an uninterrupted run's.")] = False,
-    quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", help="No progress bar; tables only.")] = False,
+    cache_dir: CacheDirOption = None,
+    resume: ResumeOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Evaluate each policy on the scenario's workload: utilisation tail and completion time,
     and, when the scenario has `failures`, their distribution over failure sets."""
-    config = _load(scenario, policies=policy, seed=seed)
-    failure_options = {"--samples": ("samples", samples), "--chunk": ("chunk", chunk)}
-    given = {field: value for field, value in failure_options.values() if value is not None}
-    if given:
-        if config.failures is None:
-            option = next(o for o, (_, v) in failure_options.items() if v is not None)
-            _fail(f"{option}: {scenario} has no `failures` section to draw sets from")
-        failures = {**config.failures.model_dump(), **given}
-        config = _load(scenario, policies=policy, seed=seed, failures=failures)
+    config = _load(scenario, policies=policy, seed=seed, samples=samples, chunk=chunk)
     limit = _memory_limit(max_memory)
     _check_output(json_path, "--json", scenario)
     # a failure study streams its per-set records to NAME.jsonl beside the report
@@ -269,16 +267,14 @@ def analyze(
               "give a file name")
     _check_plot_dir(plot)
     _select_device(device, devices, distributed)
-    _enable_cache(cache_dir)
+    from fabricjax.api import check_fits, use_cache
     from fabricjax.core.devices import from_leader, is_leader
     from fabricjax.core.errors import ScenarioError
     from fabricjax.core.stream import StreamError, record_line
-    from fabricjax.engine.plan import available_memory, check_memory
 
-    try:
-        check_memory(config, limit if limit is not None else available_memory(),
-                     option="--max-memory" if limit is not None else "available now; "
-                     "--max-memory overrides")
+    try:   # before any file is written: the same checks `api.analyze` makes
+        use_cache(cache_dir, names=OPTION_NAMES)
+        check_fits(config, limit, names=OPTION_NAMES)
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
     done, sink = None, None
@@ -295,16 +291,13 @@ def analyze(
             sink = _open_stream(stream_path, record_line(first), resume).write_records
     report = _computing(lambda: _run_analysis(config, quiet or not is_leader(),
                                               trace or plot is not None, sensitivity, done,
-                                              sink),
+                                              sink, limit, cache_dir),
                         scenario)
     if not is_leader():   # a distributed run's other processes computed their share; done
         return
     from fabricjax.core.output import STDOUT, write_json
+    from fabricjax.report.console import print_report
     from fabricjax.report.json import report_dict
-    from fabricjax.report.tables import (adaptation_table, bottleneck_lines, fabric_line,
-                                         flow_table, model_line, sharing_table, step_lines,
-                                         step_summary_table, step_table, time_table,
-                                         trace_lines, utilisation_table)
 
     if json_path is not None:   # first: a closed pipe on stdout must not cost the report
         _writing("--json", lambda: write_json(report_dict(report), json_path))
@@ -315,44 +308,7 @@ def analyze(
         _writing("--plot", lambda: figures.extend(write_plots(report, plot)))
     if json_path == STDOUT:     # standard output carries the report alone
         return
-    out.print(f"[bold]{escape(report.scenario)}[/]: {fabric_line(report.fabric)}",
-              highlight=False)
-    model = model_line(report)
-    if model is not None:
-        out.print(escape(model), highlight=False)
-    out.print(utilisation_table(report))
-    out.print(time_table(report))
-    for table in (flow_table(report), sharing_table(report)):
-        if table is not None:
-            out.print(table)
-    adaptation = adaptation_table(report)
-    if adaptation is not None:
-        out.print(adaptation)
-    for lines in (trace_lines(report), bottleneck_lines(report)):
-        for index, line in enumerate(lines):   # a heading, then its lines indented
-            out.print(f"{'  ' if index else ''}{escape(line)}", highlight=False)
-    for table in (step_table(report), step_summary_table(report)):
-        if table is not None:
-            out.print(table)
-    for line in step_lines(report):
-        out.print(f"  {escape(line)}", highlight=False)
-    if report.failures is not None:
-        from fabricjax.report.tables import (failure_header, failure_lines, failure_table,
-                                             transient_table)
-
-        out.print(escape(failure_header(report)), highlight=False)
-        out.print(failure_table(report))
-        out.print(transient_table(report))
-        for line in failure_lines(report):
-            out.print(f"  {escape(line)}", highlight=False)
-    if report.reliability:
-        from fabricjax.report.tables import reliability_table
-
-        out.print(reliability_table(report))
-    if report.sensitivity:
-        from fabricjax.report.tables import sensitivity_table
-
-        out.print(sensitivity_table(report))
+    print_report(out, report)
     if done:
         out.print(f"resumed: {len(done):,} of {len(report.failures.records):,} failure-set "
                   f"records taken from {escape(_printable(stream_path))}", highlight=False)
@@ -363,14 +319,13 @@ def analyze(
 
 
 def _memory_limit(text: Optional[str]) -> Optional[int]:
-    if text is None:
-        return None
-    from fabricjax.core.units import SIZE_HELP, parse_size
+    from fabricjax.api import memory_limit
+    from fabricjax.core.errors import ScenarioError
 
     try:
-        return int(parse_size(text))
-    except ValueError:
-        _fail(f"--max-memory: expected {SIZE_HELP}, got {text!r}")
+        return memory_limit(text, OPTION_NAMES)
+    except ScenarioError as error:
+        _fail(str(error))
 
 
 def _select_device(name: Optional[str], count: Optional[int], distributed: bool) -> None:
@@ -398,17 +353,6 @@ def _select_device(name: Optional[str], count: Optional[int], distributed: bool)
         check_devices()
     except DeviceError as error:
         _fail(f"--devices: {error}")
-
-
-def _enable_cache(option: Optional[str]) -> None:
-    """The persistent compilation cache (`--cache-dir`, FABRICJAX_CACHE_DIR, the default
-    folder), before anything compiles; a folder that cannot be used is one line and exit 2."""
-    from fabricjax.core.cache import CacheError, enable_compile_cache
-
-    try:
-        enable_compile_cache(option)
-    except CacheError as error:
-        _fail(f"--cache-dir: {error}" if option is not None else str(error))
 
 
 def _distributed_env() -> tuple:
@@ -472,13 +416,14 @@ def _with_progress(run, quiet: bool, *, start: str, unit: str | None = None):
 
 
 def _run_analysis(config, quiet: bool, trace: bool, sensitivity: bool = False, done=None,
-                  sink=None):
-    from fabricjax.study.analyze import analyze as run
+                  sink=None, limit=None, cache_dir=None):
+    """`api.analyze`: the one path the Python API takes too."""
+    from fabricjax.api import analyze as run
 
-    return _with_progress(lambda progress: run(config, trace=trace, progress=progress,
-                                               sensitivity=sensitivity, failure_records=done,
-                                               on_failure_records=sink),
-                          quiet, start="building")
+    return _with_progress(lambda progress: run(
+        config, trace=trace, progress=progress, sensitivity=sensitivity, failure_records=done,
+        on_failure_records=sink, max_memory=limit, cache_dir=cache_dir,
+        names=OPTION_NAMES).report, quiet, start="building")
 
 
 @app.command()
@@ -491,9 +436,7 @@ def sweep(
         "PATH is dotted, with list indices: fabric.planes=1,2,4,8, workload[0].size=1GiB,4GiB, "
         "failures.links.random=0,16. Fields that move together: "
         "fabric.planes,fabric.port_gbps=1:800G,8:100G.")],
-    policy: Annotated[Optional[list[str]], typer.Option(
-        "--policy", "-p", metavar="NAME",
-        help="Policy to evaluate (repeatable). Default: the scenario's `policies`.")] = None,
+    policy: PolicyOption = None,
     csv_path: Annotated[Optional[str], typer.Option(
         "--csv", metavar="PATH", help="Write one row per point, policy and item as CSV, "
         "each point's rows as soon as the point finishes.")] = None,
@@ -504,25 +447,13 @@ def sweep(
         "--jsonl", metavar="PATH", help="Stream one JSON record per finished point to PATH "
         "(after a header line). Default: NAME.jsonl beside --json NAME.json, else beside "
         "--csv NAME.csv.")] = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", help="Go on from an interrupted sweep: read the finished points from the "
-        "stream (--jsonl, or the .jsonl beside --json / --csv), check they belong to this "
-        "scenario and --set values, and run only the points left. The rows are the same as "
-        "an uninterrupted run's.")] = False,
-    distributed: Annotated[bool, typer.Option(
-        "--distributed", help="Join a multi-process run (one process per host): every process "
-        "runs the same command, the points are dealt out to the processes, and process 0 "
-        "gathers the rows in point order, prints and writes. Coordinator, process count and "
-        "id as for analyze --distributed.")] = False,
+    resume: ResumeOption = False,
+    distributed: DistributedOption = False,
     plot: Annotated[Optional[str], typer.Option(
         "--plot", metavar="DIR", help="Write sweep curves (metric vs the first swept field, one "
         "line per policy) as PNG files into DIR.")] = None,
-    cache_dir: Annotated[Optional[str], typer.Option(
-        "--cache-dir", metavar="DIR|off", help="Keep compiled programs in DIR for the next "
-        "run (default: $FABRICJAX_CACHE_DIR, else ~/.cache/fabricjax/xla); off: compile "
-        "afresh.")] = None,
-    quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", help="No progress bar; the table only.")] = False,
+    cache_dir: CacheDirOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Evaluate the scenario at every point of a grid of field values: P100, completion and
     busbw per policy, and each design's switches, optics and watts. Points that share array
@@ -543,7 +474,7 @@ def sweep(
               "file (the stream NAME.jsonl goes beside it)")
     _check_plot_dir(plot)
     from fabricjax.core.errors import ScenarioError
-    from fabricjax.sweep import parse_sets, sweep_points
+    from fabricjax.sweeps import parse_sets, sweep_points
 
     try:
         axes = parse_sets(sets)
@@ -551,18 +482,20 @@ def sweep(
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
     _select_device(None, None, distributed)
-    from fabricjax.engine.plan import available_memory, check_memory
+    from fabricjax.api import check_fits, use_cache
 
     try:
-        limit = available_memory()
         for point in points:
-            check_memory(point.scenario, limit, option="available now")
+            check_fits(point.scenario)
     except ScenarioError as error:
         _fail(f"{scenario}: point {point.label}: {error}")
-    _enable_cache(cache_dir)
+    try:
+        use_cache(cache_dir, names=OPTION_NAMES)
+    except ScenarioError as error:
+        _fail(str(error))
     from fabricjax.core.devices import from_leader, is_leader
     from fabricjax.core.stream import StreamError
-    from fabricjax.sweep import (PointResult, SweepStreams, read_sweep_stream, sweep_device,
+    from fabricjax.sweeps import (PointResult, SweepStreams, read_sweep_stream, sweep_device,
                                  sweep_header)
 
     first = sweep_header(config, axes, points, sweep_device())
@@ -589,8 +522,8 @@ def sweep(
                         scenario)
     if not is_leader():   # the other processes of a distributed sweep computed their share
         return
-    from fabricjax.report.tables import sweep_table
-    from fabricjax.sweep import sweep_legend, sweep_table_rows, write_json
+    from fabricjax.report.console import print_sweep
+    from fabricjax.sweeps import write_json
 
     _writing("", streams.close)
     if json_path is not None:
@@ -602,7 +535,7 @@ def sweep(
         _writing("--plot", lambda: written.extend(write_plots(None, plot, sweep=result)))
     if STDOUT in (csv_path, json_path, stream_path):   # standard output carries that alone
         return
-    out.print(sweep_table(*sweep_table_rows(result), sweep_legend(result)))
+    print_sweep(out, result)
     resumed = f" ({len(done)} from {_printable(stream_path)})" if done else ""
     out.print(escape(f"{len(points)} point(s){resumed} in {result.total_s:.1f} s"),
               highlight=False)
@@ -612,7 +545,7 @@ def sweep(
 
 
 def _run_sweep(points, quiet: bool, done, streams):
-    from fabricjax.sweep import run_sweep
+    from fabricjax.sweeps import run_sweep
 
     return _with_progress(lambda progress: run_sweep(points, progress=progress, done=done,
                                                      on_point=streams),

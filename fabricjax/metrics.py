@@ -26,6 +26,8 @@ from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
 from fabricjax.engine.batch import STALLED_SHOWN
 from fabricjax.engine.phase import PhaseOutcome, slot_links_host
+from fabricjax.engine.plan import (PROGRESSIVE_AUTO_FLOWS, PROGRESSIVE_AUTO_LIMIT,
+                                   simulate_phase)
 from fabricjax.engine.timing import (endpoint_bound_time_s, fabric_end_s, line_rate_time_s,
                                      phase_duration_s, transport_latency_s, wire_factor)
 from fabricjax.fabric.build import AnyFabric
@@ -122,6 +124,33 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
     return out
 
 
+def progressive_absent(policy: str, collective: Collective, outcomes: list[PhaseOutcome],
+                       scenario: Scenario, finished: bool) -> tuple[str, str] | None:
+    """(status, reason) when the progressive simulation did not run for this record, so the
+    flow table can say why instead of leaving the row out; None when it ran. Statuses:
+    `stalled` (a flow has no live path), `classes` (solved by T0-pair classes: no per-flow
+    state to simulate), `off` (solver.progressive: false), `over_limit` (auto's flow or
+    flow-path bound)."""
+    if not finished:
+        return "stalled", "a flow has no live path, so there is nothing to simulate"
+    if not any(o.slots and o.progressive is None for o in outcomes):
+        return None
+    if any(o.classes is not None for o in outcomes):
+        return "classes", ("solved by T0-pair classes (solver.aggregate), which keep no "
+                           "per-flow state to simulate")
+    if scenario.solver.progressive is False:
+        return "off", "solver.progressive: false"
+    flows = max((p.flows.num_flows for p in collective.phases
+                 if not simulate_phase(scenario, p.flows, policy)), default=0)
+    pairs = max((p.flows.num_flows * o.slots for p, o in zip(collective.phases, outcomes)
+                 if not simulate_phase(scenario, p.flows, policy)), default=0)
+    what = (f"{flows:,} flows, over the {PROGRESSIVE_AUTO_FLOWS:,}"
+            if flows > PROGRESSIVE_AUTO_FLOWS else
+            f"{pairs:,} flow-path pairs, over the {PROGRESSIVE_AUTO_LIMIT:,}")
+    return "over_limit", (f"{what} that solver.progressive: auto simulates "
+                          "(progressive: true runs it)")
+
+
 def collective_record(policy: str, collective: Collective, outcomes: list[PhaseOutcome],
                       fabric: AnyFabric, scenario: Scenario) -> PolicyRecord:
     phase_results = [o.result for o in outcomes]
@@ -161,10 +190,14 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
     # the completion table's status: what the static time rests on (the progressive
     # simulation's own cap is the flow table's business, `progressive_status`)
     status_words = status_text(status)
-    progressive_status = None
+    progressive_status = progressive_reason = None
     if "events" in prog:
         progressive_status = ("skipped" if prog.get("skipped") else
                               "event_limit" if prog.get("event_limit") else "ok")
+    else:
+        absent = progressive_absent(policy, collective, outcomes, scenario, finished)
+        if absent is not None:
+            progressive_status, progressive_reason = absent
     # the busiest phase's iteration when it had one (a phase inside servers has none)
     shown = outcomes[worst].adaptation or (adaptive[0] if adaptive else None)
     aggregated = [o.classes for o in outcomes if o.classes is not None]
@@ -202,6 +235,7 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         job=collective.job,
         progressive_s=prog.get("progressive_s"),
         progressive_status=progressive_status,
+        progressive_reason=progressive_reason,
         fct_p50_s=prog.get("fct_p50_s"),
         fct_p99_s=prog.get("fct_p99_s"),
         fct_max_s=prog.get("fct_max_s"),

@@ -43,6 +43,7 @@ class PolicyRecord:
     job: bool = False                    # from `jobs` (shares the fabric; see Report.sharing)
     progressive_s: float | None = None   # completion under the progressive (flow-level) model
     progressive_status: str | None = None  # what the progressive figures are subject to
+    progressive_reason: str | None = None  # why there are none (over auto's bound, classes)
     fct_p50_s: float | None = None       # flow completion times (progressive), over the fabric
     fct_p99_s: float | None = None       # flows of every step
     fct_max_s: float | None = None

@@ -28,9 +28,9 @@ import pydantic
 import yaml
 from pydantic import BaseModel
 
-from fabricjax.config import (COLLECTIVES, AllReduceConfig, FabricKind, PermutationConfig,
-                              RankedConfig, Scenario, SendRecvConfig, TrafficConfig, TrainingConfig,
-                              job_size)
+from fabricjax.config import (COLLECTIVES, AllReduceConfig, ChakraConfig, FabricKind,
+                              PermutationConfig, RankedConfig, Scenario, SendRecvConfig,
+                              TrafficConfig, TrainingConfig, job_size)
 from fabricjax.core.errors import ScenarioError, one_line, short_repr
 from fabricjax.core.registry import known_names, lookup, sections
 from fabricjax.fabric.build import build
@@ -511,3 +511,98 @@ def with_overrides(scenario: Scenario, **fields: Any) -> Scenario:
                           traffic_flows=scenario.traffic_flows)
 
 
+
+
+# --------------------------------------------------------------------------- dotted paths
+
+# `name` then any `[i]`, joined by dots: fabric.planes, workload[0].size, failures.links.random
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_PATH_RE = re.compile(rf"^{_NAME}(?:\[[0-9]+\])*(?:\.{_NAME}(?:\[[0-9]+\])*)*$")
+_PART_RE = re.compile(rf"({_NAME})|\[([0-9]+)\]")
+
+
+def split_path(path: str, field: str) -> tuple[str | int, ...]:
+    """The parts of a dotted field path (``workload[0].size`` -> ("workload", 0, "size"));
+    ScenarioError(`field`) when it is not one."""
+    if not isinstance(path, str) or not _PATH_RE.match(path):
+        raise ScenarioError(field, f"{short_repr(path)} is not a field path; expected names "
+                            "joined by dots, with [i] for list items, e.g. fabric.planes or "
+                            "workload[0].size")
+    return tuple(name if name else int(index) for name, index in _PART_RE.findall(path))
+
+
+def _model_loc(data: dict, parts: tuple) -> tuple:
+    """The loc `allowed_fields` walks for `parts`: a workload item or job's collective (the
+    union tag) inserted after its index."""
+    loc: list = []
+    node: Any = data
+    for i, part in enumerate(parts):
+        loc.append(part)
+        node = node[part] if isinstance(node, (dict, list)) else None
+        if i == 1 and parts[0] in ("workload", "jobs") and isinstance(node, dict):
+            loc.append(node.get("collective"))
+    return tuple(loc)
+
+
+def dotted(parts: tuple) -> str:
+    """The dotted path of `parts` (the inverse of `split_path`)."""
+    return "".join(f"[{p}]" if isinstance(p, int) else ("." if k else "") + p
+                   for k, p in enumerate(parts))
+
+
+def assign_path(data: dict, parts: tuple, value: Any, field: str) -> None:
+    """data[parts...] = value in a scenario's dump, creating an optional section (failures,
+    reliability, ...) that the dump holds as None or lacks; ScenarioError(`field`) for a
+    path the scenario does not have."""
+    node: Any = data
+    for depth, part in enumerate(parts):
+        where = dotted(parts[:depth]) or "the scenario"
+        if isinstance(part, int):
+            if not isinstance(node, list):
+                raise ScenarioError(field, f"{where} is not a list; [{part}] indexes lists")
+            if part >= len(node):
+                allowed = f"[0]..[{len(node) - 1}]" if node else "none (the list is empty)"
+                raise ScenarioError(field, f"{where} has {len(node)} item(s); allowed: "
+                                    f"{allowed}")
+        elif isinstance(node, list):
+            raise ScenarioError(field, f"{where} is a list; pick an item first, e.g. "
+                                f"{where}[0].{part}")
+        elif not isinstance(node, dict):
+            raise ScenarioError(field, f"{where} is a value, not a section with fields")
+        elif part not in node:
+            allowed = allowed_fields(_model_loc(data, parts[:depth]))
+            if not allowed or part not in allowed:
+                message = f"unknown field {part!r}"
+                if allowed:
+                    message += f" in {where}; allowed: {', '.join(allowed)}"
+                raise ScenarioError(field, message)
+            node[part] = None
+        if depth == len(parts) - 1:
+            node[part] = value
+            return
+        if node[part] is None and isinstance(parts[depth + 1], str):
+            node[part] = {}     # an optional section the base leaves out: its defaults apply
+        node = node[part]
+
+
+def traffic_key(scenario: Scenario) -> tuple:
+    """What the flow counts of traffic items and Chakra traces depend on: the file or folder,
+    its format or groups, the job's GPUs (a new value of these re-reads the files)."""
+    return (scenario.fabric.gpus,
+            tuple((s, i, item.file, item.format, str(item.gpus)) for s, i, item in scenario.items
+                  if isinstance(item, TrafficConfig)),
+            tuple((s, i, item.folder, item.comm_groups, str(item.gpus))
+                  for s, i, item in scenario.items if isinstance(item, ChakraConfig)))
+
+
+def with_paths(scenario: Scenario, values: dict[str, Any]) -> Scenario:
+    """A validated copy of `scenario` with each dotted field path of `values` set (``{
+    "fabric.planes": 4, "workload[0].size": "1GiB"}``; values as YAML would read them). A
+    bad path or value is a ScenarioError naming the path as given."""
+    data = scenario.model_dump()
+    for path, value in values.items():
+        assign_path(data, split_path(path, str(path)), value, path)
+    updated = parse_scenario(data, default_name=scenario.name, base_dir=scenario.base_dir)
+    counts = (scenario.traffic_flows if traffic_key(updated) == traffic_key(scenario)
+              else traffic_flow_counts(updated))
+    return updated.located(scenario.base_dir, counts)

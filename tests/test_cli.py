@@ -36,7 +36,7 @@ ONE_PERM = "workload: [{collective: permutation}]\n"
 
 def _env() -> dict:
     env = dict(os.environ)
-    for name in ("FABRICJAX_DEBUG", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+    for name in ("FABRICJAX_DEBUG", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
         env.pop(name, None)
     env.setdefault("JAX_PLATFORMS", "cpu")
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

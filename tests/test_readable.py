@@ -28,7 +28,7 @@ from fabricjax.metrics import progressive_figures
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
 from fabricjax.solver.progressive import Progressive
-from fabricjax.sweep import short_names
+from fabricjax.sweeps import short_names
 from fabricjax.workload.build import build_workload
 from fabricjax.workload.flows import Flows
 from test_cli import assert_one_line_error, fabricjax

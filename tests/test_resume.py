@@ -29,8 +29,8 @@ from fabricjax.core.stream import StreamError, record_line
 from fabricjax.report.json import report_dict
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
-from fabricjax.sweep import (PointResult, SweepStreams, parse_sets, read_sweep_stream,
-                             run_sweep, sweep_header, sweep_points)
+from fabricjax.sweeps import (PointResult, SweepStreams, parse_sets, read_sweep_stream,
+                              run_sweep, sweep_header, sweep_points)
 from test_cli import _env, assert_one_line_error, fabricjax
 
 STUDY = {

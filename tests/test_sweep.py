@@ -19,8 +19,8 @@ import pytest
 from fabricjax.core.errors import ScenarioError
 from fabricjax.metrics import transport_latency_s
 from fabricjax.scenario import parse_scenario
-from fabricjax.sweep import (BOM_COLUMNS, FAILURE_METRICS, MAX_POINTS, METRICS, parse_sets,
-                             run_sweep, sweep_points, sweep_table_rows, write_csv, write_json)
+from fabricjax.sweeps import (BOM_COLUMNS, FAILURE_METRICS, MAX_POINTS, METRICS, parse_sets,
+                              run_sweep, sweep_points, sweep_table_rows, write_csv, write_json)
 
 TINY = {
     "name": "tiny-sweep",
@@ -201,7 +201,7 @@ def _fake_report(scenario, failures: bool):
         study = SimpleNamespace(summaries=[
             SimpleNamespace(policy=p, workload=w, p100_utilisation=dist,
                             completion_s=None if p == "spray" else dist,
-                            stalled_sets=5 if p == "spray" else 0)
+                            stalled_sets=5 if p == "spray" else 0, status="ok")
             for p in scenario.policies for w in ("perm", "ring")])
     return SimpleNamespace(records=records, failures=study)
 

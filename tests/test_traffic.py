@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabricjax.workload import traffic
+from fabricjax.workload import traffic_csv, traffic_htsim, traffic_matrix, traffic_npz
 from fabricjax.core.errors import ScenarioError
 from fabricjax.workload.traffic import TrafficMatrix, load_traffic, write_csv, write_htsim
 
@@ -89,10 +89,10 @@ def test_csv_fast_and_line_by_line_readers_agree(monkeypatch):
             zip(rng.integers(0, 4, 50), rng.integers(4, 8, 50), rng.random(50) * 1e9 + 1,
                 rng.random(50))]
     text = "src,dst,bytes,start\n# c\n" + "\n".join(rows) + "\n"
-    slow = traffic._parse_csv_lines(text, 8, None)
+    slow = traffic_csv._parse_csv_lines(text, 8, None)
     with monkeypatch.context() as patch:            # the fast path must read this file alone
-        patch.setattr(traffic, "_parse_csv_lines", None)
-        fast = traffic._parse_csv(text, 8, None)
+        patch.setattr(traffic_csv, "_parse_csv_lines", None)
+        fast = traffic_csv.parse_csv(text, 8, None)
     for a, b in zip(fast[:4], slow[:4]):
         np.testing.assert_array_equal(a, b)
     assert fast[4](3) == slow[4](3) == "line 6"
@@ -131,10 +131,10 @@ def test_htsim_fast_and_line_by_line_readers_agree(monkeypatch):
              enumerate(zip(rng.integers(0, 7, 40), rng.integers(0, 10**9, 40),
                            rng.integers(1, 10**6, 40)))]
     text = "Nodes 8\nConnections 40\n" + "\n".join(lines) + "\n"
-    slow = traffic._parse_htsim_lines(text, 8, None)
+    slow = traffic_htsim._parse_htsim_lines(text, 8, None)
     with monkeypatch.context() as patch:
-        patch.setattr(traffic, "_parse_htsim_lines", None)
-        fast = traffic._parse_htsim(text, 8, None)
+        patch.setattr(traffic_htsim, "_parse_htsim_lines", None)
+        fast = traffic_htsim.parse_htsim(text, 8, None)
     for a, b in zip(fast[:4], slow[:4]):
         np.testing.assert_array_equal(a, b)
     assert fast[4](0) == slow[4](0) == "line 3"
@@ -243,7 +243,8 @@ def test_missing_directory_unreadable_empty(tmp_path, monkeypatch):
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(traffic, "open", denied, raising=False)
+    for module in (traffic_matrix, traffic_npz):    # where the files are opened
+        monkeypatch.setattr(module, "open", denied, raising=False)
     refused(readable, "auto", 4, "cannot be read (permission denied)")
     np.savez(tmp_path / "locked.npz", src=[0], dst=[1], size=[1])
     refused(tmp_path / "locked.npz", "auto", 4, "permission denied")

@@ -260,7 +260,7 @@ def test_sweeps_replan_the_step(tmp_path):
     """`--set workload[0].parallel.tp=...` re-plans the step (dp follows) and the sweep rows
     carry the time per dimension, which adds up to the completion."""
     from fabricjax.scenario import load_scenario
-    from fabricjax.sweep import parse_sets, run_sweep, sweep_points
+    from fabricjax.sweeps import parse_sets, run_sweep, sweep_points
 
     path = tmp_path / "s.yaml"
     path.write_text(TINY.replace("policies: [ecmp]", "policies: [spray]"))

@@ -2,7 +2,8 @@
 
 Contract: every `plot_*` function reads a `Report` (or sweep rows) and nothing else, draws on
 its own Agg `Figure` (no pyplot, no global state), writes one PNG atomically (a temporary file
-in the target's folder, renamed over it) and returns its path, or None without writing when
+in the target's folder, renamed over it) and returns its path; called without a path it
+returns the `Figure` unsaved (the Python API's `fabricjax.plot`); None, without writing, when
 the report has nothing to draw. `write_plots` writes every applicable figure under a stable
 name. A policy keeps its colour in every figure (the one it declares, `Policy.colour`, looked
 up in `core.registry`); figures are 8 x 5 in at 150 dpi (grids of three or more rows of panels
@@ -108,6 +109,12 @@ def _save(fig, path: str | Path) -> Path:
                         binary=True)
 
 
+def _finish(fig, path: str | Path | None) -> Any:
+    """The figure itself when `path` is None (a notebook shows it; nothing is written), else
+    the path it was written to (`_save`)."""
+    return fig if path is None else _save(fig, path)
+
+
 def _ordered_policies(policies: Iterable[str]) -> list[str]:
     seen = list(dict.fromkeys(policies))
     order = known_names()    # registration order: the reports' column order
@@ -204,7 +211,7 @@ def cdf_panels(report) -> list[tuple[str, float | None]]:
     return panels
 
 
-def plot_utilisation_cdf(report, path: str | Path) -> Path | None:
+def plot_utilisation_cdf(report, path: str | Path | None = None) -> Any:
     """One panel per workload item, one line per policy: the fraction of links (y) loaded at
     most x times their capacity, over the links of the item's busiest phase; a dashed line
     at 1.0 marks capacity. The 101 quantiles are drawn as a staircase (steps at the
@@ -260,7 +267,7 @@ def plot_utilisation_cdf(report, path: str | Path) -> Path | None:
         ax.set_ylabel("fraction of links ≤ x")
     _hide_unused(axes, len(panels))
     _suptitle(fig, report, "link utilisation CDF, busiest phase of each workload")
-    return _save(fig, path)
+    return _finish(fig, path)
 
 
 def _stalled_bar(ax, x: float, width: float, height: float, colour: str, text: str) -> None:
@@ -291,7 +298,7 @@ def _differs(bound: float | None, reference: float | None) -> bool:
     return bool(bound) and bool(reference) and bound > 1.01 * reference
 
 
-def plot_completion(report, path: str | Path) -> Path:
+def plot_completion(report, path: str | Path | None = None) -> Any:
     """One panel per workload item, one bar per policy: the completion time, labelled with
     its slowdown over the line-rate time (every flow at its NIC rate: the dotted line); when
     endpoints share NICs (an incast, skewed all-to-all) the endpoint-bound time is a dash-dot
@@ -395,10 +402,10 @@ def plot_completion(report, path: str | Path) -> Path:
                else len(handles), fontsize=8, frameon=False)
     what = "completion time per policy" + (", with failure sets" if summaries else "")
     _suptitle(fig, report, what)
-    return _save(fig, path)
+    return _finish(fig, path)
 
 
-def plot_mrc_trace(report, path: str | Path) -> Path | None:
+def plot_mrc_trace(report, path: str | Path | None = None) -> Any:
     """An adaptive policy's P100 after each iteration (mrc's EV swaps), one panel per record
     with a trace (the busiest phase's; panels share the y axis), a star at the best set (the one it returns), beside
     the P100 of the other policies on the same item that lie near the curve (spraying,
@@ -447,10 +454,10 @@ def plot_mrc_trace(report, path: str | Path) -> Path | None:
     _hide_unused(axes, len(traced))
     names = ", ".join(dict.fromkeys(r.policy.upper() for r in traced))
     _suptitle(fig, report, f"{names} convergence, busiest phase")
-    return _save(fig, path)
+    return _finish(fig, path)
 
 
-def plot_sharing(report, path: str | Path) -> Path | None:
+def plot_sharing(report, path: str | Path | None = None) -> Any:
     """Jobs sharing the fabric: one panel per job (one time scale when the jobs' times are
     within 4x of each other, `share_y`, else each its own), a pair of
     bars per policy: its completion alone (light, hatched) and together with the other jobs
@@ -507,7 +514,7 @@ def plot_sharing(report, path: str | Path) -> Path | None:
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8,
                frameon=False)
     _suptitle(fig, report, "each job alone and sharing the fabric")
-    return _save(fig, path)
+    return _finish(fig, path)
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -532,8 +539,8 @@ def _linked(rows: list[dict], x_axis: str, other: str) -> bool:
     return True
 
 
-def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path, *,
-               metric: str = "p100_utilisation", title: str | None = None) -> Path | None:
+def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path | None = None, *,
+               metric: str = "p100_utilisation", title: str | None = None) -> Any:
     """Sweep curves: x = the first axis's value, y = `metric`, one line per policy (colour)
     and workload item (line style and marker); one panel per combination of the other axes
     (those that do not move with the first). Numeric x values are placed by value (log-x when
@@ -637,13 +644,13 @@ def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path, *,
                ncols=min(4, len(handles)), fontsize=8, frameon=False)
     heading = f"sweep over {x_name}: {label.split(' (')[0]}"
     fig.suptitle(f"{title}: {heading}" if title else heading, fontsize=12)
-    return _save(fig, path)
+    return _finish(fig, path)
 
 
 # --------------------------------------------------------------------------- all of them
 
 def _sweep_parts(sweep: Any) -> tuple[list[dict], list[str]]:
-    """(rows, axes) of a `sweep.SweepResult` or of a (rows, axes) pair."""
+    """(rows, axes) of a `sweeps.SweepResult` or of a (rows, axes) pair."""
     if hasattr(sweep, "rows") and hasattr(sweep, "paths"):
         return list(sweep.rows), list(sweep.paths)
     rows, axes = sweep

@@ -9,12 +9,34 @@ from __future__ import annotations
 
 import math
 
-from rich.markup import escape
-from rich.table import Table
-
 from fabricjax.config import FabricKind
 from fabricjax.core.units import format_bytes, format_seconds
+from fabricjax.report.layout import Column, FitTable
 from fabricjax.results import Report
+
+# a figure whose meaning differs by policy carries this mark, and the table a line saying why
+LOST_PLANE_MARK = "†"
+LOST_PLANE_NOTE = (f"{LOST_PLANE_MARK} lost_plane: this policy drops the share of traffic meant "
+                   "for a dead plane instead of moving it onto the live planes, so its P100 "
+                   "counts the surviving load only; the policies that move that share load the "
+                   "live planes' links more. Compare completion times, not these P100s.")
+
+
+def _table(title: str, columns: list[tuple[str, bool]], caption: str | None = None, *,
+           keys: int = 2) -> FitTable:
+    """A FitTable from (header, is text) pairs; the first `keys` columns repeat in every part
+    when the table is split to fit the screen."""
+    return FitTable(title, [Column(header, text) for header, text in columns], keys=keys,
+                    caption=caption)
+
+
+def _lost_plane(status: str | None) -> bool:
+    return bool(status) and "lost_plane" in status.split("+")
+
+
+def _marked(text: str, status: str | None) -> str:
+    """`text` with the lost-plane mark when `status` carries that flag."""
+    return text + LOST_PLANE_MARK if _lost_plane(status) else text
 
 
 def _u(value: float) -> str:
@@ -64,33 +86,34 @@ def model_line(report: Report) -> str | None:
     return "model: " + " · ".join(parts) if parts else None
 
 
-def utilisation_table(report: Report) -> Table:
-    table = Table(title="Link utilisation = offered load / capacity (busiest phase)",
-                  title_justify="left")
-    for column in ("policy", "workload", "P50", "P99", "P100"):
-        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+def utilisation_table(report: Report) -> FitTable:
+    """P50 / P99 / P100 of link utilisation, and the P100 per tier. A P100 of a record whose
+    status has lost_plane carries LOST_PLANE_MARK and the table LOST_PLANE_NOTE."""
     tier_names = list(report.records[0].utilisation_by_tier) if report.records else []
-    for tier in tier_names:
-        table.add_column(f"P100 {tier}", justify="right")
+    marked = any(_lost_plane(r.status) for r in report.records)
+    table = _table("Link utilisation = offered load / capacity (busiest phase)",
+                   [("policy", True), ("workload", True), ("P50", False), ("P99", False),
+                    ("P100", False), *((f"P100 {tier}", False) for tier in tier_names)],
+                   LOST_PLANE_NOTE if marked else None)
     for r in report.records:
-        tiers = [_u(r.utilisation_by_tier[t]["p100"]) for t in tier_names]
-        table.add_row(r.policy, escape(r.workload), _u(r.p50_utilisation), _u(r.p99_utilisation),
-                      _u(r.p100_utilisation), *tiers)
+        tiers = [_marked(_u(r.utilisation_by_tier[t]["p100"]), r.status) for t in tier_names]
+        table.add_row(r.policy, r.workload, _u(r.p50_utilisation), _u(r.p99_utilisation),
+                      _marked(_u(r.p100_utilisation), r.status), *tiers)
     return table
 
 
-def time_table(report: Report) -> Table:
-    table = Table(title="Collective completion: slowdown = completion / line-rate time (every "
-                  "GPU sends at its NIC rate); fabric slowdown = completion / endpoint bound "
-                  "(a perfect network: the busiest NIC, sending or receiving, at line rate). "
-                  "busbw in Gbit/s (nccl-tests prints GB/s = /8)", title_justify="left")
-    for column in ("policy", "workload", "size", "steps", "completion", "line rate", "slowdown",
-                   "endpoint bound", "fabric slowdown", "busbw Gbit/s", "status"):
-        table.add_column(column, justify="left" if column in ("policy", "workload", "status")
-                         else "right")
+def time_table(report: Report) -> FitTable:
+    table = _table("Collective completion: slowdown = completion / line-rate time (every "
+                   "GPU sends at its NIC rate); fabric slowdown = completion / endpoint bound "
+                   "(a perfect network: the busiest NIC, sending or receiving, at line rate). "
+                   "busbw in Gbit/s (nccl-tests prints GB/s = /8)",
+                   [("policy", True), ("workload", True), ("size", False), ("steps", False),
+                    ("completion", False), ("line rate", False), ("slowdown", False),
+                    ("endpoint bound", False), ("fabric slowdown", False),
+                    ("busbw Gbit/s", False), ("status", True)])
     for r in report.records:
         status = r.status if r.stalled_flows == 0 else f"{r.status} ({r.stalled_flows} flows)"
-        table.add_row(r.policy, escape(r.workload), format_bytes(r.size_bytes), f"{r.steps:,}",
+        table.add_row(r.policy, r.workload, format_bytes(r.size_bytes), f"{r.steps:,}",
                       format_seconds(r.completion_s), format_seconds(r.line_rate_s),
                       _times(r.slowdown), format_seconds(r.endpoint_bound_s),
                       _times(r.fabric_slowdown), _opt(r.busbw_gbps, ".1f"), status)
@@ -102,67 +125,78 @@ def _times(value: float | None) -> str:
     return "—" if value is None else _u(value) + "×"
 
 
-def flow_table(report: Report) -> Table | None:
-    """The progressive (flow-level) model beside the static one, and flow completion times.
-    Figures of a simulation that hit `solver.max_events` carry a `*` and a caption: their
-    unfinished flows were extrapolated from one last solve."""
-    rows = [r for r in report.records if r.events is not None or r.aggregated_classes]
-    if not rows:
+def flow_table(report: Report) -> FitTable | None:
+    """The progressive (flow-level) model beside the static one, and flow completion times:
+    one row per record whenever some record was simulated or left out for a reason other than
+    `solver.progressive: false` (the user's choice). A row without a simulation says why in
+    its last column, the reason in full under the table. Figures of a simulation that hit
+    `solver.max_events` carry a `*` and a caption: their unfinished flows were extrapolated
+    from one last solve."""
+    records = report.records
+    if all(r.events is None and not r.aggregated_classes and
+           r.progressive_status in (None, "off") for r in records):
         return None
-    capped = any(r.progressive_status == "event_limit" for r in rows)
-    skipped = any(r.progressive_status == "skipped" for r in rows)
     notes = []
-    if capped:
+    if any(r.progressive_status == "event_limit" for r in records):
         notes.append("* the simulation hit solver.max_events: the flows still running were "
                      "extrapolated from one last max-min solve")
-    if skipped:
-        notes.append("skipped: after the events shown the simulation had finished a smaller "
-                     "share of its flows, and of its time span, than it had spent of "
+    if any(r.progressive_status == "skipped" for r in records):
+        notes.append("skipped (n): after the n events shown the simulation had finished a "
+                     "smaller share of its flows, and of its time span, than it had spent of "
                      "solver.max_events, so progressive: auto gave it up (progressive: true "
                      "runs it to the cap)")
-    caption = "\n".join(notes) or None
-    table = Table(title="Flow level: static (size / first max-min rate) vs progressive (rates "
-                  "re-solved as flows finish); FCT over fabric flows", title_justify="left",
-                  caption=caption, caption_justify="left")
-    for column in ("policy", "workload", "algorithm", "static", "progressive", "FCT P50",
-                   "FCT P99", "FCT max", "events"):
-        table.add_column(column, justify="left" if column in ("policy", "workload", "algorithm")
-                         else "right")
-    for r in rows:
-        events = f"{r.events:,}" if r.events is not None else (
-            f"{r.aggregated_classes:,} classes" if r.aggregated_classes else "—")
-        if r.progressive_status == "skipped":
-            events = f"skipped ({r.events:,})"
-        mark = "*" if r.progressive_status == "event_limit" else ""
+    reasons: dict[str, list[str]] = {}
+    for r in records:
+        if r.progressive_reason:
+            reasons.setdefault(r.progressive_reason, []).append(f"{r.policy} / {r.workload}")
+    for reason, rows in reasons.items():
+        notes.append(f"not simulated ({', '.join(rows)}): {reason}")
+    table = _table("Flow level: static (size / first max-min rate) vs progressive (rates "
+                   "re-solved as flows finish); FCT over fabric flows",
+                   [("policy", True), ("workload", True), ("algorithm", True),
+                    ("static", False), ("progressive", False), ("FCT P50", False),
+                    ("FCT P99", False), ("FCT max", False), ("events", True)],
+                   "\n".join(notes) or None)
+    for r in records:
+        status = r.progressive_status
+        mark = "*" if status == "event_limit" else ""
+        if r.events is not None:
+            events = f"{r.events:,}" + mark
+            if status == "skipped":
+                events = f"skipped ({r.events:,})"
+        elif r.aggregated_classes:
+            events = f"{r.aggregated_classes:,} classes"
+        else:
+            # the reason in full is in the caption
+            events = {"over_limit": "over limit", "stalled": "stalled",
+                      "off": "off"}.get(status, "—")
 
         def simulated(value: float | None) -> str:
             # None: a stalled flow, or no simulation (aggregated, over the auto limit, or
             # given up)
             if value is None and (r.events is None or r.stalled_flows == 0 or
-                                  r.progressive_status == "skipped"):
+                                  status == "skipped"):
                 return "—"
             return format_seconds(value) + mark
 
-        table.add_row(r.policy, escape(r.workload), escape(r.algorithm or r.collective),
+        table.add_row(r.policy, r.workload, r.algorithm or r.collective,
                       format_seconds(r.completion_s), simulated(r.progressive_s),
                       simulated(r.fct_p50_s), simulated(r.fct_p99_s), simulated(r.fct_max_s),
-                      events + mark)
+                      events)
     return table
 
 
-def step_table(report: Report) -> Table | None:
+def step_table(report: Report) -> FitTable | None:
     """Training steps (and traces): each policy's communication split by parallel dimension."""
     if not report.steps:
         return None
-    table = Table(title="Training step: communication by parallel dimension (phases one after "
-                  "another; slowdown = time / line-rate time; busbw in Gbit/s = bytes per GPU "
-                  "/ time)", title_justify="left")
-    for column in ("policy", "workload", "dim", "groups", "bytes/GPU", "time", "share",
-                   "slowdown", "busbw", "bound", "slowest group (n at slowest)",
-                   "worst link"):
-        table.add_column(column, justify="left" if column in (
-            "policy", "workload", "dim", "bound", "slowest group (n at slowest)",
-            "worst link") else "right")
+    table = _table("Training step: communication by parallel dimension (phases one after "
+                   "another; slowdown = time / line-rate time; busbw in Gbit/s = bytes per GPU "
+                   "/ time)",
+                   [("policy", True), ("workload", True), ("dim", True), ("groups", False),
+                    ("bytes/GPU", False), ("time", False), ("share", False),
+                    ("slowdown", False), ("busbw", False), ("bound", True),
+                    ("slowest group (n at slowest)", True), ("worst link", True)], keys=3)
     for step in report.steps:
         for row in step.dimensions:
             group = "—"
@@ -174,27 +208,27 @@ def step_table(report: Report) -> Table | None:
             links = row["bottleneck_links"]
             link = f"{links[0]['link']} @{_u(links[0]['utilisation'])}" if links else "—"
             share = row["share"]
-            table.add_row(step.policy, escape(step.workload), escape(row["dimension"]),
+            table.add_row(step.policy, step.workload, row["dimension"],
                           f"{row['groups']:,} × {row['group_size']}",
                           format_bytes(row["bytes_per_gpu"]), format_seconds(row["time_s"]),
                           "—" if share is None else f"{100 * share:.1f}%",
                           (_u(row["slowdown"]) + "×") if row["slowdown"] is not None else "—",
                           _opt(row["busbw_gbps"], ".1f"), row["bound_by"] or "—",
-                          escape(group), escape(link))
+                          group, link)
     return table
 
 
-def step_summary_table(report: Report) -> Table | None:
+def step_summary_table(report: Report) -> FitTable | None:
     """Training steps: communication in all, the dimension that dominates, and with a compute
     time the exposed communication and the step time."""
     if not report.steps:
         return None
-    table = Table(title="Training step per policy (exposed = communication not hidden under "
-                  "compute)", title_justify="left")
-    for column in ("policy", "workload", "plan", "communication", "line rate", "dominant",
-                   "compute", "hidden", "exposed", "step time"):
-        table.add_column(column, justify="left" if column in (
-            "policy", "workload", "plan", "dominant") else "right")
+    table = _table("Training step per policy (exposed = communication not hidden under "
+                   "compute)",
+                   [("policy", True), ("workload", True), ("plan", True),
+                    ("communication", False), ("line rate", False), ("dominant", True),
+                    ("compute", False), ("hidden", False), ("exposed", False),
+                    ("step time", False)])
     for step in report.steps:
         dominant = step.dominant or "—"
         for row in step.dimensions:
@@ -202,9 +236,9 @@ def step_summary_table(report: Report) -> Table | None:
                 dominant = f"{step.dominant} ({100 * row['share']:.0f}%)"
         optional = [("—" if v is None else format_seconds(v))
                     for v in (step.compute_s, step.overlapped_s, step.exposed_s, step.step_s)]
-        table.add_row(step.policy, escape(step.workload), escape(step.plan),
+        table.add_row(step.policy, step.workload, step.plan,
                       format_seconds(step.comm_s), format_seconds(step.line_rate_s),
-                      escape(dominant), *optional)
+                      dominant, *optional)
     return table
 
 
@@ -218,22 +252,21 @@ def step_lines(report: Report) -> list[str]:
     return lines
 
 
-def sharing_table(report: Report) -> Table | None:
+def sharing_table(report: Report) -> FitTable | None:
     """Job isolation: each job alone on the fabric vs sharing it with the other jobs."""
     if not report.sharing:
         return None
-    table = Table(title="Jobs sharing the fabric: completion alone vs together (static model)",
-                  title_justify="left")
-    for column in ("policy", "job", "GPUs", "alone", "together", "together / alone"):
-        table.add_column(column, justify="left" if column in ("policy", "job") else "right")
+    table = _table("Jobs sharing the fabric: completion alone vs together (static model)",
+                   [("policy", True), ("job", True), ("GPUs", False), ("alone", False),
+                    ("together", False), ("together / alone", False)])
     for row in report.sharing:
-        table.add_row(row.policy, escape(row.job), f"{row.gpus:,}", format_seconds(row.alone_s),
+        table.add_row(row.policy, row.job, f"{row.gpus:,}", format_seconds(row.alone_s),
                       format_seconds(row.together_s) if row.together_s is not None
                       else "stalled", (_u(row.slowdown) + "×") if row.slowdown else "—")
     return table
 
 
-def adaptation_table(report: Report) -> Table | None:
+def adaptation_table(report: Report) -> FitTable | None:
     """The iterative policies (mrc's EV-swap fixed point, optimal's bound): how each iteration
     ended. 0 iterations means the starting point already met the stop rule (nothing to move,
     or a certificate at the first check), not that the policy did not run."""
@@ -242,15 +275,16 @@ def adaptation_table(report: Report) -> Table | None:
         return None
     labels = ", ".join(f"{name}: {(report.policies or {}).get(name, {}).get('label', name)}"
                        for name in dict.fromkeys(r.policy for r in rows))
-    table = Table(title=f"Iterative policies ({labels})", title_justify="left")
-    for column in ("policy", "workload", "iterations", "how it ended", "residual", "P100"):
-        table.add_column(column, justify="left" if column in ("policy", "workload", "how it ended")
-                         else "right")
+    marked = any(_lost_plane(r.status) for r in rows)
+    table = _table(f"Iterative policies ({labels})",
+                   [("policy", True), ("workload", True), ("iterations", False),
+                    ("how it ended", True), ("residual", False), ("P100", False)],
+                   LOST_PLANE_NOTE if marked else None)
     for r in rows:
         what = ((report.policies or {}).get(r.policy) or {}).get("residual", "residual")
-        table.add_row(r.policy, escape(r.workload), f"{r.iterations:,}", r.convergence or "—",
+        table.add_row(r.policy, r.workload, f"{r.iterations:,}", r.convergence or "—",
                       f"{what} {r.residual:.4f}" if r.residual is not None else "—",
-                      _u(r.p100_utilisation))
+                      _marked(_u(r.p100_utilisation), r.status))
     return table
 
 
@@ -293,24 +327,23 @@ def bottleneck_lines(report: Report) -> list[str]:
     return ["Busiest link (bottleneck) of each policy and workload:"] + lines if lines else []
 
 
-def sensitivity_table(report: Report) -> Table:
+def sensitivity_table(report: Report) -> FitTable:
     """The links whose upgrade would most shorten each collective: -d time / d capacity."""
-    table = Table(title="Which links to upgrade: time saved per Gbit/s of capacity added "
-                  "(gradient; P100 drop beside it). Links tied at the bottleneck share it: "
-                  "upgrade them together", title_justify="left")
-    for column in ("policy", "workload", "link", "utilisation", "µs saved per Gbit/s",
-                   "P100 drop per Gbit/s"):
-        table.add_column(column, justify="left" if column in ("policy", "workload", "link")
-                         else "right")
+    table = _table("Which links to upgrade: time saved per Gbit/s of capacity added "
+                   "(gradient; P100 drop beside it). Links tied at the bottleneck share it: "
+                   "upgrade them together",
+                   [("policy", True), ("workload", True), ("link", True),
+                    ("utilisation", False), ("µs saved per Gbit/s", False),
+                    ("P100 drop per Gbit/s", False)])
     for row in report.sensitivity:
         helpful = [link for link in row["links"]
                    if (link["d_time_d_gbps"] or 0.0) < 0 or link["d_p100_d_gbps"] < 0]
         if not helpful:
-            table.add_row(row["policy"], escape(row["workload"]), "no single link (NIC-bound)",
+            table.add_row(row["policy"], row["workload"], "no single link (NIC-bound)",
                           "—", "0", "0")
         for link in helpful[:3]:
             d_time, d_p100 = link["d_time_d_gbps"], link["d_p100_d_gbps"]
-            table.add_row(row["policy"], escape(row["workload"]), escape(link["link"]),
+            table.add_row(row["policy"], row["workload"], link["link"],
                           _u(link["utilisation"]),
                           "—" if d_time is None else f"{-d_time * 1e6 + 0.0:.4g}",
                           f"{-d_p100 + 0.0:.3g}")
@@ -322,24 +355,22 @@ def sensitivity_table(report: Report) -> Table:
 SWEEP_TEXT_COLUMNS = ("policy", "workload", "status")
 
 
-def sweep_table(headers: list[str], rows: list[list[str]], legend: str | None = None) -> Table:
-    """One row per point, policy and item; every header and every number on one line (a
-    narrow terminal wraps the text columns -- workload, status -- never a figure or a
-    header), with the swept fields' full names in the caption."""
-    notes = [f"swept: {legend}"] if legend else []
+def sweep_table(headers: list[str], rows: list[list[str]], legend: str | None = None,
+                notes: list[str] | None = None) -> FitTable:
+    """One row per point, policy and item (`report.sweep.sweep_table_rows`); every header and
+    every figure whole (a narrow terminal wraps the text columns -- workload, status -- and
+    deals the figures out over more tables, each repeating the swept values, policy and
+    workload), with the swept fields' full names and `notes` in the caption."""
+    notes = ([f"swept: {legend}"] if legend else []) + list(notes or [])
     if "slowdown" in headers and "fabric slowdown" not in headers:
         notes.append("fabric slowdown (completion / endpoint bound) = slowdown on every row")
-    table = Table(title="Sweep: one row per point, policy and workload item (busbw in Gbit/s; "
-                  "switches, optics and kW: the fabric's bill of materials)",
-                  title_justify="left", caption="\n".join(notes) or None,
-                  caption_justify="left")
-    for index, column in enumerate(headers):
-        text = column in SWEEP_TEXT_COLUMNS
-        widest = max((len(row[index]) for row in rows), default=0)
-        table.add_column(escape(column), min_width=len(column) if text else max(
-            len(column), widest), justify="left" if text else "right")
+    keys = headers.index("workload") + 1 if "workload" in headers else 0
+    table = _table("Sweep: one row per point, policy and workload item (busbw in Gbit/s; "
+                   "switches, optics and kW: the fabric's bill of materials)",
+                   [(column, column in SWEEP_TEXT_COLUMNS) for column in headers],
+                   "\n".join(notes) or None, keys=keys)
     for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
+        table.add_row(*row)
     return table
 
 
@@ -358,41 +389,45 @@ def failure_header(report: Report) -> str:
     return (f"Failure sets: {study.samples:,} (seed {study.seed}); per set (median): {what}")
 
 
-def failure_table(report: Report) -> Table:
+def failure_table(report: Report) -> FitTable:
     """Steady state after each policy's reaction: the distribution over failure sets (one
-    figure per cell when there is one set)."""
+    figure per cell when there is one set). The P100 of a policy that dropped a dead plane's
+    share in some set (lost_plane) carries LOST_PLANE_MARK, and the table LOST_PLANE_NOTE."""
     n = report.failures.samples
     keys = ("p50", "p99", "max") if n > 1 else ("max",)
     title = (f"Steady state over {n:,} failure sets, after each policy reacts (P50 / P99 / "
              "max over sets)" if n > 1 else
              "Steady state in the one failure set, after each policy reacts")
-    table = Table(title=title, title_justify="left")
-    for column in ("policy", "workload", "P100 util", "completion", "slowdown",
-                   "fabric slowdown", "stalled sets" if n > 1 else "stalled"):
-        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    marked = any(_lost_plane(s.status) for s in report.failures.summaries)
+    table = _table(title, [("policy", True), ("workload", True), ("P100 util", False),
+                           ("completion", False), ("slowdown", False),
+                           ("fabric slowdown", False),
+                           ("stalled sets" if n > 1 else "stalled", True)],
+                   LOST_PLANE_NOTE if marked else None)
     for s in report.failures.summaries:
         cells = [" / ".join(_dist(dist, k, fmt) for k in keys)
                  for dist, fmt in ((s.p100_utilisation, _u), (s.completion_s, format_seconds),
                                    (s.slowdown, _times), (s.fabric_slowdown, _times))]
+        cells[0] = _marked(cells[0], s.status)
         stalled = (f"{s.stalled_sets:,}" + (" (job stalls)" if s.stalled_sets else "")
                    if n > 1 else ("yes (job stalls)" if s.stalled_sets else "no"))
-        table.add_row(s.policy, escape(s.workload), *cells, stalled)
+        table.add_row(s.policy, s.workload, *cells, stalled)
     return table
 
 
-def transient_table(report: Report) -> Table:
+def transient_table(report: Report) -> FitTable:
     """What happens between the failure and the policy's reaction."""
-    table = Table(title="Transient: a step that lost bytes on a dead path waits for the policy "
-                        "to react (ECMP/spray: routing reconvergence; MRC: EV retirement)",
-                  title_justify="left")
-    for column in ("policy", "workload", "reacts in", "sets hit", "flows hit (mean)",
-                   "stall per set (mean)", "crashed sets", "GPU·s lost per set (mean)"):
-        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    table = _table("Transient: a step that lost bytes on a dead path waits for the policy "
+                   "to react (ECMP/spray: routing reconvergence; MRC: EV retirement); means "
+                   "over the sets",
+                   [("policy", True), ("workload", True), ("reacts in", False),
+                    ("sets hit", False), ("flows hit", False), ("stall per set", False),
+                    ("crashed sets", False), ("GPU·s lost per set", False)])
     for s in report.failures.summaries:
         if s.window_s is None:
-            table.add_row(s.policy, escape(s.workload), "— (bound)", "—", "—", "—", "—", "—")
+            table.add_row(s.policy, s.workload, "— (bound)", "—", "—", "—", "—", "—")
             continue
-        table.add_row(s.policy, escape(s.workload), format_seconds(s.window_s),
+        table.add_row(s.policy, s.workload, format_seconds(s.window_s),
                       f"{s.sets_hit:,} / {s.sets:,}", f"{s.affected_flows_mean:,.1f}",
                       format_seconds(s.stall_s_mean), f"{s.crashed_sets:,}",
                       f"{s.gpu_seconds_lost_mean:,.3g}")
@@ -413,17 +448,17 @@ def failure_lines(report: Report, shown: int = 6) -> list[str]:
     return lines
 
 
-def reliability_table(report: Report) -> Table:
+def reliability_table(report: Report) -> FitTable:
     rows = report.reliability
     hours = rows[0].hours if rows else 24
-    table = Table(title="Reliability what-if (Poisson component failures; events that hit the "
-                        "job's paths)", title_justify="left")
-    for column in ("policy", "workload", "GPUs", "events/h (fabric)", "stall s/h",
-                   f"P(crash) in {hours:g} h", "GPU·s lost per event", "GPU·h lost per day",
-                   "events per 1k steps"):
-        table.add_column(column, justify="left" if column in ("policy", "workload") else "right")
+    table = _table("Reliability what-if (Poisson component failures; events that hit the "
+                   "job's paths)",
+                   [("policy", True), ("workload", True), ("GPUs", False),
+                    ("events/h (fabric)", False), ("stall s/h", False),
+                    (f"P(crash) in {hours:g} h", False), ("GPU·s lost per event", False),
+                    ("GPU·h lost per day", False), ("events per 1k steps", False)])
     for r in rows:
-        table.add_row(r.policy, escape(r.workload), f"{r.gpus:,}",
+        table.add_row(r.policy, r.workload, f"{r.gpus:,}",
                       f"{r.events_per_hour:.3g} ({r.fabric_events_per_hour:.3g})",
                       f"{r.stall_s_per_hour:.3g}", f"{r.crash_probability:.3g}",
                       f"{r.gpu_seconds_lost_per_event:,.3g}", f"{r.gpu_hours_lost_per_day:.3g}",

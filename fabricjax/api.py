@@ -1,0 +1,351 @@
+"""The Python API: what a notebook user calls, and what the `fabricjax` commands call too.
+
+    import fabricjax as fj
+    sc = fj.load("scenarios/quickstart.yaml")              # or fj.Scenario.from_dict({...})
+    sc2 = sc.replace({"fabric.planes": 4, "spray.evs": 64})  # dotted paths, validated
+    rep = fj.analyze(sc2, policies=["ecmp", "mrc"])
+    df = rep.to_pandas()                                   # one row per policy x workload item
+    sw = fj.sweep(sc, {"fabric.planes": [1, 2, 4, 8]})     # a DataFrame
+    fj.plot.cdf(rep)                                       # a matplotlib Figure, not saved
+
+Contract: every bad input is a `ScenarioError` naming the field as the caller wrote it (a
+dotted path, or an argument such as `policies`; `names` maps the arguments to other words, the
+CLI's options); `analyze` applies the same overrides, memory check and compilation cache as
+the CLI, which is built on these calls. Importing this module imports no JAX: the studies are
+imported when a computation runs. pandas is optional (`fabricjax[pandas]`); `to_records()`
+needs nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from fabricjax.config import Scenario as ScenarioConfig
+from fabricjax.core.errors import ScenarioError
+from fabricjax.core.units import SIZE_HELP, parse_size, value_text
+from fabricjax.report.json import report_dict
+from fabricjax.results import Report
+from fabricjax.scenario import load_scenario, parse_scenario, with_overrides, with_paths
+from fabricjax.workload.build import traffic_flow_counts
+
+Progress = Callable[[str, int, int], None]
+# the API's arguments that override scenario fields, and those fields
+OVERRIDES = {"policies": "policies", "seed": "seed", "samples": "failures.samples",
+             "chunk": "failures.chunk"}
+
+
+class Scenario:
+    """A validated scenario. Read its sections as attributes (`sc.fabric.planes`); change it
+    with `replace`, which returns a new, validated Scenario. `config` is the pydantic model the
+    studies take."""
+
+    def __init__(self, config: ScenarioConfig):
+        if not isinstance(config, ScenarioConfig):
+            raise TypeError(f"Scenario wraps a validated scenario, not {type(config).__name__}; "
+                            "use fj.load(path) or fj.Scenario.from_dict(data)")
+        self.config = config
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | Path | None = None
+                  ) -> "Scenario":
+        """A scenario from the data a YAML file would hold; `base_dir`: where its graph and
+        traffic files are (default: the current folder)."""
+        folder = Path(base_dir) if base_dir is not None else Path(".")
+        config = parse_scenario(dict(data), base_dir=folder)
+        return cls(config.located(folder, traffic_flow_counts(config)))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Scenario":
+        """Read and validate a scenario file."""
+        return cls(load_scenario(path))
+
+    def replace(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> "Scenario":
+        """A new scenario with fields changed: dotted paths (``{"fabric.planes": 4,
+        "workload[0].size": "1GiB"}``) and top-level fields as keywords (``seed=3``). Values
+        are read as in the YAML file (``"100G"``, ``"1GiB"``)."""
+        changes = {**dict(values or {}), **fields}
+        return Scenario(with_paths(self.config, changes))
+
+    def to_dict(self) -> dict:
+        """The scenario as JSON data, every default filled in."""
+        return self.config.model_dump(mode="json")
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "config":
+            raise AttributeError(name)
+        return getattr(self.config, name)
+
+    def __repr__(self) -> str:
+        fabric = self.config.fabric
+        items = ", ".join(item.name or item.collective for _, _, item in self.config.items)
+        return (f"Scenario({self.config.name!r}: {fabric.gpus:,} GPUs, {fabric.kind}, "
+                f"workload [{items}], policies {list(self.config.policies)})")
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file (a ScenarioError names the file and the field)."""
+    return Scenario.load(path)
+
+
+def _config(scenario: Scenario | ScenarioConfig | str | Path) -> ScenarioConfig:
+    if isinstance(scenario, Scenario):
+        return scenario.config
+    if isinstance(scenario, ScenarioConfig):
+        return scenario
+    if isinstance(scenario, (str, Path)):
+        return load_scenario(scenario)
+    raise TypeError(f"expected a Scenario, a scenario file's path or a validated scenario, "
+                    f"got {type(scenario).__name__}")
+
+
+def _renamed(error: ScenarioError, names: Mapping[str, str]) -> ScenarioError:
+    """`error` with an overridden field named as the caller knows it (an argument, an
+    option); other fields stay the scenario's."""
+    for argument, field in OVERRIDES.items():
+        if error.field == field or error.field.startswith((field + "[", field + ".")):
+            word = names.get(argument, argument)
+            return ScenarioError(word, error.message, error.source)
+    return error
+
+
+def configure(scenario: Scenario | ScenarioConfig | str | Path, *,
+              policies: Iterable[str] | None = None, seed: int | None = None,
+              samples: int | None = None, chunk: int | None = None,
+              names: Mapping[str, str] | None = None) -> ScenarioConfig:
+    """The validated scenario with the arguments that override its fields (None: keep the
+    scenario's). A bad value is a ScenarioError naming the argument (or `names[argument]`);
+    `samples` and `chunk` need a `failures` section."""
+    names = dict(names or {})
+    config = _config(scenario)
+    given = {"samples": samples, "chunk": chunk}
+    failures = {k: v for k, v in given.items() if v is not None}
+    if failures and config.failures is None:
+        argument = next(iter(failures))
+        raise ScenarioError(names.get(argument, argument), f"the scenario {config.name!r} "
+                            "has no `failures` section to draw sets from")
+    overrides: dict[str, Any] = {"policies": list(policies) if policies is not None else None,
+                                 "seed": seed}
+    if failures:
+        overrides["failures"] = {**config.failures.model_dump(), **failures}
+    if all(value is None for value in overrides.values()):
+        return config                 # validated already: nothing to re-check
+    try:
+        return with_overrides(config, **overrides)
+    except ScenarioError as error:
+        raise _renamed(error, names) from None
+
+
+def memory_limit(max_memory: int | str | None, names: Mapping[str, str] | None = None
+                 ) -> int | None:
+    """Bytes from `max_memory` (an int, or a size such as "8GiB"); None stays None."""
+    if max_memory is None or isinstance(max_memory, int) and not isinstance(max_memory, bool):
+        return max_memory
+    word = dict(names or {}).get("max_memory", "max_memory")
+    try:
+        return int(parse_size(str(max_memory)))
+    except ValueError:
+        raise ScenarioError(word, f"expected {SIZE_HELP}, got {max_memory!r}") from None
+
+
+def check_fits(config: ScenarioConfig, max_memory: int | str | None = None, *,
+               names: Mapping[str, str] | None = None) -> None:
+    """Refuse, before anything is computed, a scenario whose estimated peak memory exceeds
+    `max_memory` (default: the memory available now). Imports JAX (to ask the device)."""
+    from fabricjax.engine.plan import available_memory, check_memory
+
+    word = dict(names or {}).get("max_memory", "max_memory")
+    limit = memory_limit(max_memory, names)
+    check_memory(config, limit if limit is not None else available_memory(),
+                 option=word if limit is not None else f"available now; {word} overrides")
+
+
+def use_cache(cache_dir: str | None = None, *, names: Mapping[str, str] | None = None
+              ) -> Path | None:
+    """Keep compiled programs in `cache_dir` (default: $FABRICJAX_CACHE_DIR, else
+    ~/.cache/fabricjax/xla; "off": none). A folder that cannot be used is a ScenarioError
+    naming `cache_dir` (the environment variable's folder: no field)."""
+    from fabricjax.core.cache import CacheError, enable_compile_cache
+
+    try:
+        return enable_compile_cache(cache_dir)
+    except CacheError as error:
+        word = dict(names or {}).get("cache_dir", "cache_dir")
+        raise ScenarioError(word if cache_dir is not None else "", str(error)) from None
+
+
+def _progress(progress: bool | Progress | None) -> tuple[Progress | None, Any]:
+    """(callback, the rich Progress to stop) for `progress`: a callable is used as is; True
+    draws a transient bar on standard error."""
+    if not progress:
+        return None, None
+    if callable(progress):
+        return progress, None
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+    bar = Bar(TextColumn("{task.description}", markup=False), BarColumn(),
+              TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = bar.add_task("starting", total=None)
+    bar.start()
+
+    def update(message: str, done: int, total: int) -> None:
+        bar.update(task, description=message, completed=done, total=total)
+
+    return update, bar
+
+
+class Analysis:
+    """What `analyze` measured: `report` (a `results.Report`: one record per policy and
+    workload item, the failure study, ...) and the `scenario` it ran."""
+
+    def __init__(self, report: Report, scenario: ScenarioConfig):
+        self.report = report
+        self.scenario = Scenario(scenario)
+
+    @property
+    def records(self) -> list:
+        return self.report.records
+
+    def to_records(self) -> list[dict]:
+        """One dict per policy x workload item: every number of its record (per-tier P100 as
+        `p100_<tier>`), and with failures the failure study's figures (`failures_*`)."""
+        from fabricjax.sweeps import failure_figures
+
+        summaries = {}
+        if self.report.failures is not None:
+            summaries = {(s.policy, s.workload): s for s in self.report.failures.summaries}
+        rows = []
+        for record in self.report.records:
+            row = {"scenario": self.report.scenario}
+            for key, value in record.as_dict().items():
+                if key == "utilisation_by_tier":
+                    row.update({f"p100_{tier}": q["p100"] for tier, q in value.items()})
+                elif not isinstance(value, (list, dict)):
+                    row[key] = value
+            summary = summaries.get((record.policy, record.workload))
+            if summary is not None:
+                row.update(failure_figures(summary))
+            rows.append(row)
+        return rows
+
+    def to_pandas(self) -> Any:
+        """`to_records()` as a pandas DataFrame (needs the `fabricjax[pandas]` extra)."""
+        return _frame(self.to_records())
+
+    def to_dict(self) -> dict:
+        """The JSON form `fabricjax analyze --json` writes."""
+        return report_dict(self.report)
+
+    def show(self, console: Any = None) -> None:
+        """Print the tables `fabricjax analyze` prints (on `console`, else standard output)."""
+        from rich.console import Console
+
+        from fabricjax.report.console import print_report
+
+        print_report(console or Console(), self.report)
+
+    def __repr__(self) -> str:
+        cells = ", ".join(f"{r.policy}/{r.workload}: P100 {r.p100_utilisation:.3f}"
+                          for r in self.report.records[:6])
+        more = ", ..." if len(self.report.records) > 6 else ""
+        return f"Analysis({self.report.scenario!r}: {cells}{more})"
+
+
+def _frame(rows: list[dict], columns: Iterable[str] | None = None) -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("to_pandas needs pandas: pip install 'fabricjax[pandas]' (or use "
+                          "to_records(), which needs nothing)") from None
+    return pandas.DataFrame(rows, columns=list(columns) if columns is not None else None)
+
+
+def analyze(scenario: Scenario | ScenarioConfig | str | Path,
+            policies: Iterable[str] | None = None, *, seed: int | None = None,
+            samples: int | None = None, chunk: int | None = None, trace: bool = False,
+            sensitivity: bool = False, max_memory: int | str | None = None,
+            cache_dir: str | None = None, progress: bool | Progress | None = None,
+            failure_records: list[dict] | None = None,
+            on_failure_records: Callable[[list[dict]], None] | None = None,
+            names: Mapping[str, str] | None = None) -> Analysis:
+    """Evaluate the policies (default: the scenario's) on its workload, and under its failure
+    sets when it has `failures`: the overrides (`configure`), the memory check (`check_fits`)
+    and the compilation cache (`use_cache`) of `fabricjax analyze`, then
+    `study.analyze.analyze`. `progress`: True for a bar on standard error, or a callable
+    (message, done, total). `failure_records`, `on_failure_records`: a failure study's
+    streamed per-set records, as `study.analyze.analyze` takes them."""
+    from fabricjax.study.analyze import analyze as run
+
+    config = configure(scenario, policies=policies, seed=seed, samples=samples, chunk=chunk,
+                       names=names)
+    check_fits(config, max_memory, names=names)
+    use_cache(cache_dir, names=names)
+    callback, bar = _progress(progress)
+    try:
+        report = run(config, trace=trace, progress=callback, sensitivity=sensitivity,
+                     failure_records=failure_records, on_failure_records=on_failure_records)
+    finally:
+        if bar is not None:
+            bar.stop()
+    return Analysis(report, config)
+
+
+def grid(scenario: Scenario | ScenarioConfig | str | Path,
+         values: Mapping[str | tuple[str, ...], Iterable[Any]], *,
+         policies: Iterable[str] | None = None) -> list:
+    """The validated grid points (`sweeps.Point`) of `values`: {dotted path: values} (the
+    points are the grid of all), or {(path, path): [(a, b), ...]} for fields that move
+    together. A bad path or value is a ScenarioError naming it as ``path=value``."""
+    from fabricjax.sweeps import Axis, sweep_points
+
+    config = configure(scenario, policies=policies)
+    axes = []
+    for key, options in values.items():
+        paths = (key,) if isinstance(key, str) else tuple(key)
+        options = list(options)
+        if not options:
+            raise ScenarioError(", ".join(paths), "has no values to sweep")
+        rows = [tuple(v) if len(paths) > 1 else (v,) for v in options]
+        for row in rows:
+            if len(row) != len(paths):
+                raise ScenarioError(", ".join(paths), f"{row!r} has {len(row)} value(s) for "
+                                    f"{len(paths)} fields; expected one per field")
+        axes.append(Axis(paths, tuple(rows),
+                         tuple(tuple(value_text(v) for v in row) for row in rows)))
+    return sweep_points(config, axes, option="")
+
+
+def sweep(scenario: Scenario | ScenarioConfig | str | Path,
+          values: Mapping[str | tuple[str, ...], Iterable[Any]], *,
+          policies: Iterable[str] | None = None, progress: bool | Progress | None = None,
+          cache_dir: str | None = None, frame: bool = True) -> Any:
+    """Evaluate the scenario at every point of the grid of `values` (see `grid`): a pandas
+    DataFrame with one row per point, policy and workload item -- the swept fields, P100,
+    completion, busbw, the bill of materials, the failure study's figures -- the rows of
+    `fabricjax sweep --csv` (with `frame=False`, a list of dicts). Every point is validated
+    and checked against the memory available before the first one runs."""
+    from fabricjax.sweeps import run_sweep
+
+    points = grid(scenario, values, policies=policies)
+    for point in points:
+        try:
+            check_fits(point.scenario)
+        except ScenarioError as error:
+            raise ScenarioError(point.label, error.message, error.source) from None
+    use_cache(cache_dir)
+    callback, bar = _progress(progress)
+    try:
+        result = run_sweep(points, progress=callback)
+    finally:
+        if bar is not None:
+            bar.stop()
+    return _frame(result.rows, result.columns) if frame else list(result.rows)
+
+
+__all__ = ["Analysis", "Scenario", "ScenarioError", "analyze", "check_fits", "configure",
+           "grid", "load", "memory_limit", "sweep", "use_cache"]
