@@ -23,8 +23,10 @@ class PolicyRecord:
     p100_utilisation: float
     utilisation_by_tier: dict
     completion_s: float | None
-    line_rate_s: float                   # every GPU at its NIC's line rate, nothing contends
-    endpoint_bound_s: float              # a perfect crossbar: senders' and receivers' NICs bind
+    line_rate_s: float                   # payload bytes x 8 / NIC rate of the busiest sender,
+                                         # every repeat: no overhead, nothing contends
+    endpoint_bound_s: float              # a perfect network with the transport: the busiest
+                                         # NIC's wire bytes at line rate, plus the latencies
     slowdown: float | None               # completion / line_rate_s
     fabric_slowdown: float | None        # completion / endpoint_bound_s: the fabric's share
     algbw_gbps: float | None
@@ -71,8 +73,8 @@ class StepRecord:
     gpus: int
     plan: str
     comm_s: float | None
-    line_rate_s: float          # the step's communication at line rate (PolicyRecord's)
-    endpoint_bound_s: float     # and on a perfect network (the busiest NIC)
+    line_rate_s: float          # the step's communication at line rate, no overhead
+    endpoint_bound_s: float     # and on a perfect network with the transport
     dominant: str | None
     dimensions: list
     compute_s: float | None = None

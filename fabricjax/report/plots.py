@@ -47,7 +47,7 @@ METRIC_LABELS = {
     "p99_utilisation": "P99 link utilisation (load / capacity)",
     "completion_s": "completion time",
     "busbw_gbps": "bus bandwidth (Gbit/s)",
-    "slowdown": "slowdown (completion / line-rate time)",
+    "slowdown": "slowdown (completion / line rate, no overhead)",
     "fabric_slowdown": "fabric slowdown (completion / endpoint-bound time)",
 }
 

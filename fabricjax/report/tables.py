@@ -103,10 +103,11 @@ def utilisation_table(report: Report) -> FitTable:
 
 
 def time_table(report: Report) -> FitTable:
-    table = _table("Collective completion: slowdown = completion / line-rate time (every "
-                   "GPU sends at its NIC rate); fabric slowdown = completion / endpoint bound "
-                   "(a perfect network: the busiest NIC, sending or receiving, at line rate). "
-                   "busbw in Gbit/s (nccl-tests prints GB/s = /8)",
+    table = _table("Collective completion: line rate = payload bytes x 8 / NIC rate (the "
+                   "busiest sender, no overhead); slowdown = completion / line rate; endpoint "
+                   "bound = a perfect network with the transport (the busiest NIC, sending or "
+                   "receiving, its wire bytes at line rate, plus latency); fabric slowdown = "
+                   "completion / endpoint bound. busbw in Gbit/s (nccl-tests prints GB/s = /8)",
                    [("policy", True), ("workload", True), ("size", False), ("steps", False),
                     ("completion", False), ("line rate", False), ("slowdown", False),
                     ("endpoint bound", False), ("fabric slowdown", False),
@@ -191,7 +192,7 @@ def step_table(report: Report) -> FitTable | None:
     if not report.steps:
         return None
     table = _table("Training step: communication by parallel dimension (phases one after "
-                   "another; slowdown = time / line-rate time; busbw in Gbit/s = bytes per GPU "
+                   "another; slowdown = time / line rate (payload at NIC rate, no overhead); busbw in Gbit/s = bytes per GPU "
                    "/ time)",
                    [("policy", True), ("workload", True), ("dim", True), ("groups", False),
                     ("bytes/GPU", False), ("time", False), ("share", False),
