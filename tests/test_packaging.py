@@ -6,6 +6,7 @@ script runs from a fresh environment."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -20,9 +21,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """The wheel built from a copy of the tracked files alone (a checkout's own build/ folder
+    may hold modules that no longer exist, and setuptools would pack them)."""
+    source = tmp_path_factory.mktemp("source")
+    tracked = subprocess.run(["git", "ls-files", "pyproject.toml", "setup.py", "README.md",
+                              "fabricjax", "cli"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    for name in tracked:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
     dist = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
         capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     (found,) = dist.glob("fabricjax-*.whl")
