@@ -30,12 +30,18 @@ settings.register_profile("dev")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
                                      "ci" if os.environ.get("CI") else "dev"))
 
+from fabricjax.core import executables
 from fabricjax.core.cache import enable_compile_cache
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.config import FabricConfig
 from fabricjax.scenario import parse_scenario
 
 enable_compile_cache()
+# In this process the engine's programs take the plain jit path: the tests that count
+# retraces (jit's cache size, trace events) measure jit's in-memory cache. The executable
+# cache is tested on its own (tests/test_executables.py) and by every command-line test,
+# whose process uses it on the suite's cache folder.
+executables.set_enabled(False)
 
 
 @pytest.fixture(autouse=True, scope="module")

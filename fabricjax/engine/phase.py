@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.config import Scenario
+from fabricjax.core.executables import cached_jit
 from fabricjax.core.status import Status
 from fabricjax.engine.plan import (padded_flows, progressive_give_up, slowest_only,
                                    use_aggregation)
@@ -235,10 +236,10 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
     return reaction, result
 
 
-run_phase = jax.jit(phase_core, static_argnums=0,
-                    static_argnames=("settings", "layout", "tier_bounds", "top_k",
-                                     "slowest_only",
-                                     "p100_only"))
+run_phase = cached_jit(phase_core, static_argnums=0,
+                       static_argnames=("settings", "layout", "tier_bounds", "top_k",
+                                        "slowest_only",
+                                        "p100_only"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,7 +390,7 @@ def _split_inputs(fabric: AnyFabric, flows: Flows, outcome: PhaseOutcome,
     return (device_routes(fabric, args[0], pool_routes), *args)
 
 
-@jax.jit
+@cached_jit
 def _progressive_program(routes, phase: PhaseArrays, plane, choice, weights, carried, start,
                          alive, capacity, eps, max_rounds, max_events, batch,
                          give_up_after) -> Progressive:
@@ -422,7 +423,7 @@ def simulate_progressive(scenario: Scenario, fabric: AnyFabric, flows: Flows,
     return out._replace(finish=out.finish[:flows.num_flows])
 
 
-@jax.jit
+@cached_jit
 def _split_program(routes, phase: PhaseArrays, plane, choice, weights, carried, alive,
                    tie_rtol) -> PhaseSplit:
     links = routes.slot_links(plane, choice)

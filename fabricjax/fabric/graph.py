@@ -47,18 +47,36 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import importlib.util
 import itertools
 import math
 import os
 import re
+import sys
 import xml.etree.ElementTree as ElementTree
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import networkx as nx
 import numpy as np
 
 from fabricjax.core.errors import ScenarioError, short_repr
+
+
+def _lazy_module(name: str):
+    """`name` imported on its first attribute access (importlib's LazyLoader)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# networkx costs a tenth of a second to import and only graph fabrics use it: a Clos question
+# never loads it
+nx = _lazy_module("networkx")
 
 TIER_NAMES = ("host-switch", "switch-up", "switch-down", "switch-host")
 NUM_TIERS = 4
