@@ -20,7 +20,8 @@ Where: JAX's persistent cache folder (`core.cache.enable_compile_cache`), as fil
 `fabricjax-exec-<sha256>-cache` beside JAX's own, written and read through JAX's
 size-bounded LRU store: one size bound and one file lock for both, and `fabricjax cache
 --clear` removes both. Off whenever JAX's persistent cache is off (the default for a library
-user who never enables it): then `cached_jit` is `jax.jit` plus one attribute check.
+user who never enables it) or FABRICJAX_EXEC_CACHE=off: then `cached_jit` is `jax.jit` plus
+one check.
 
 Every entry records its full key and the SHA-256 of its payload; an entry whose record
 differs from the current key (another JAX, a hash collision, a foreign file) or whose payload
@@ -43,6 +44,7 @@ import json
 import os
 import pickle
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -65,8 +67,12 @@ TRACE_OPTIONS = ("jax_enable_x64", "jax_numpy_dtype_promotion", "jax_numpy_rank_
 # options under which a cached binary would skip a check the user asked for
 BYPASS_OPTIONS = ("jax_disable_jit", "jax_debug_nans", "jax_debug_infs", "jax_enable_checks")
 
-_state = {"enabled": True, "loaded": 0, "rejected": 0, "stored": 0, "compiled": 0,
-          "fallbacks": 0}
+ENV_SWITCH = "FABRICJAX_EXEC_CACHE"      # "off": this process never uses the cache
+
+_state = {"enabled": os.environ.get(ENV_SWITCH, "on").strip().lower() not in
+          ("off", "0", "false", "no"),
+          "loaded": 0, "rejected": 0, "stored": 0, "compiled": 0, "fallbacks": 0,
+          "load_s": 0.0, "compile_s": 0.0}
 _wrappers: list = []
 
 
@@ -75,15 +81,16 @@ class Unkeyable(TypeError):
 
 
 def set_enabled(flag: bool) -> None:
-    """Switch the executable cache on or off for this process (on by default; it is active
-    only while JAX's persistent compilation cache has a folder)."""
+    """Switch the executable cache on or off for this process (on unless the environment
+    says FABRICJAX_EXEC_CACHE=off; active only while JAX's persistent cache has a folder)."""
     _state["enabled"] = bool(flag)
 
 
 def counters() -> dict:
     """Executables loaded from disk, entries rejected (corrupt, foreign, unloadable),
-    executables stored and compiled, and calls that fell back to `jax.jit` in this process
-    (for benchmarks and tests)."""
+    executables stored and compiled, calls that fell back to `jax.jit`, and the seconds spent
+    loading (reading, checking, deserialising) and compiling (tracing, lowering, compiling,
+    storing) in this process (for benchmarks and tests)."""
     return {k: v for k, v in _state.items() if k != "enabled"}
 
 
@@ -277,7 +284,9 @@ class CachedJit:
         compiled = self.memo.get(key)
         if compiled is not None:
             return compiled(*dynamic[0], **dynamic[1])
+        start = time.perf_counter()
         compiled = self._load(where, key, record, dynamic)
+        _state["load_s"] += time.perf_counter() - start
         if compiled is not None:
             try:    # a loaded program's first run: a bad one fails before any effect
                 out = compiled(*dynamic[0], **dynamic[1])
@@ -287,7 +296,9 @@ class CachedJit:
                 return self.jitted(*args, **kwargs)
             self.memo[key] = compiled
             return out
+        start = time.perf_counter()
         compiled = self._compile(where, key, record, args, kwargs)
+        _state["compile_s"] += time.perf_counter() - start
         if compiled is None:
             _state["fallbacks"] += 1
             return self.jitted(*args, **kwargs)
