@@ -29,11 +29,11 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_foundation.py
 
-# issue 7's suite: 1k to 131k GPUs, every policy, one table (about 30 minutes on 2 cores)
+# the scale suite: 1k to 131k GPUs, every policy, one table (about 30 minutes on 2 cores)
 bench-scale: $(STAMP)
 	$(BIN)/python bench/bench_scale.py | tee bench/scale_last_run.log
 
-# issue 17: fabricjax's FCTs beside htsim's on the calibration cases (committed htsim results;
+# fabricjax's FCTs beside htsim's on the calibration cases (committed htsim results;
 # bench/fidelity/HTSIM.md says how they were made)
 bench-fidelity: $(STAMP)
 	$(BIN)/python bench/fidelity/compare.py | tee bench/fidelity/last_run.log
@@ -44,20 +44,21 @@ bench-failures: $(STAMP)
 bench-memory: $(STAMP)
 	$(BIN)/python bench/memory_calibration.py | tee bench/memory_last_run.log
 
-# issue 5: progressive completion vs the numpy event-driven reference, all-to-all classes vs
+# progressive completion vs the numpy event-driven reference, all-to-all classes vs
 # flow by flow (about 90 s; writes bench/collectives_last_run.log)
 bench-collectives: $(STAMP)
 	$(BIN)/python bench/bench_collectives.py
 
-# issue 15: link loads on stored paths, segment_sum against the BCOO incidence matrix
+# link loads on stored paths, segment_sum against the BCOO incidence matrix
 bench-incidence: $(STAMP)
 	$(BIN)/python bench/bench_incidence.py
 
-# issue 16: a one-off question's wall time, cold and warm cache, and where it goes
+# a one-off question from the shell: cold, warm (stored executables) and jit-only warm, with
+# import, trace, lower, compile, load and run apart (writes bench/coldstart_last_run.log)
 bench-coldstart: $(STAMP)
 	$(BIN)/python bench/bench_coldstart.py | tee bench/coldstart_last_run.log
 
-# issue 19: a 1,000-point sweep, resident memory every 100 points (a few minutes; writes
+# a 1,000-point sweep, resident memory every 100 points (a few minutes; writes
 # bench/soak_last_run.log)
 bench-soak: $(STAMP)
 	$(BIN)/python bench/bench_soak.py

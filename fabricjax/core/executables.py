@@ -39,6 +39,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -150,7 +151,9 @@ def fingerprint(obj):
     if isinstance(obj, np.ndarray):
         return ["ndarray", obj.dtype.str, list(obj.shape),
                 hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest()]
-    if callable(obj):       # a module-level function: its code is covered by the source
+    if inspect.ismethod(obj):   # a bound method: its object is part of what it computes
+        return ["method", _name(obj.__func__), fingerprint(obj.__self__)]
+    if inspect.isfunction(obj) or inspect.isbuiltin(obj):   # by name: source in the key
         return ["callable", _name(obj)]
     raise Unkeyable(f"no value fingerprint for a {type(obj).__name__}")
 
