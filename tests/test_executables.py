@@ -187,7 +187,7 @@ scenario = parse_scenario({
     "fabric": {"kind": "multiplane-clos", "gpus": 32, "planes": 2, "radix": 8},
     "workload": [{"name": "perm", "collective": "permutation", "size": "4MiB"}],
     "failures": {"links": {"random": 2}, "samples": 2, "seed": 1},
-    "policies": ["mrc"], "mrc": {"evs": 8}})
+    "policies": ["ecmp"]})
 report = analyze(scenario)
 records = repr(report.records) + repr(report.failures)
 print(json.dumps({"records": records, "counters": executables.counters()}))
