@@ -1,8 +1,8 @@
 """Compiled executables kept on disk, so that a warm process neither traces nor lowers.
 
 JAX's persistent compilation cache is keyed on the lowered program, so every new process
-still traces and lowers each program (about a second each for the phase programs) before it
-can find the binary. `cached_jit` is a drop-in for `jax.jit` that keeps the compiled
+still traces and lowers each program (a few tenths of a second for each phase program)
+before it can find the binary. `cached_jit` is a drop-in for `jax.jit` that keeps the compiled
 executable itself (`jax.experimental.serialize_executable`) under a key made of everything
 that makes the program, and loads it without tracing when the key matches:
 
@@ -26,8 +26,8 @@ one check.
 Every entry records its full key and the SHA-256 of its payload; an entry whose record
 differs from the current key (another JAX, a hash collision, a foreign file) or whose payload
 does not match its checksum (a torn or corrupt write) is ignored before anything is
-deserialised, and any error while loading falls back to the normal jit path: a bad entry
-costs a compilation, never a crash or a wrong number. Static arguments this module cannot
+deserialised; an entry that fails to load, or whose first run fails, is removed and the call
+takes the normal jit path: a bad entry costs a compilation, never a crash or a wrong number. Static arguments this module cannot
 fingerprint (a device mesh, a closure) also take the normal jit path. The entries are pickles
 of the user's own compiled programs: like JAX's cache folder, the folder must not be writable
 by anyone else.
