@@ -35,11 +35,14 @@ def _program(policy, x, pair, *, scale):
 def exec_cache(tmp_path):
     """The executable cache on in a fresh folder (JAX's settings restored after)."""
     names = ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
-             "jax_compilation_cache_max_size")
+             "jax_compilation_cache_max_size", "jax_persistent_cache_min_compile_time_secs")
     saved = {name: getattr(jax.config, name) for name in names}
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(tmp_path))
     jax.config.update("jax_compilation_cache_max_size", 2**30)
+    # JAX's own cache writes nothing here: every compile below is a real one (a program that
+    # JAX's cache supplies is not stored; tested with the engine below)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
     executables.set_enabled(True)
     yield tmp_path
     executables.set_enabled(False)
@@ -224,3 +227,7 @@ def test_the_engine_warm_process_compiles_nothing_and_bad_entries_fall_back(tmp_
     assert damaged["counters"]["rejected"] == len(entries)
     assert damaged["counters"]["loaded"] == 0
     assert damaged["records"] == cold["records"]
+    # the programs came from JAX's cache (the cold run wrote it): used, and not stored, since
+    # a deserialised XLA:CPU executable cannot be serialised again
+    assert damaged["counters"]["stored"] == 0
+    assert _entries(tmp_path) == []

@@ -23,6 +23,11 @@ size-bounded LRU store: one size bound and one file lock for both, and `fabricja
 user who never enables it) or FABRICJAX_EXEC_CACHE=off: then `cached_jit` is `jax.jit` plus
 one check.
 
+A program that JAX's persistent cache supplies (written by a run without this cache, or by
+the plain jit path) is used but not stored: XLA:CPU cannot serialise an executable it
+deserialised. It is stored by the next cold compile (after `fabricjax cache --clear`, or once
+JAX's entry is evicted); until then that program costs tracing and lowering as before.
+
 Every entry records its full key and the SHA-256 of its payload; an entry whose record
 differs from the current key (another JAX, a hash collision, a foreign file) or whose payload
 does not match its checksum (a torn or corrupt write) is ignored before anything is
@@ -57,10 +62,19 @@ MAGIC = b"fabricjax-executable/1\n"
 FORMAT = 1
 ENTRY_SUFFIX = "-cache"      # how JAX's LRU store names an entry's file
 # XLA:CPU (JAX 0.10) cannot serialise an executable that it deserialised: one that JAX's
-# persistent cache supplied would be stored broken ("Function ... not found" when run). So the
-# wrapper's own compiles neither read nor write JAX's cache: an explicit default option gives
-# them keys of their own there, and an infinite minimum compile time keeps JAX from writing.
-FRESH_OPTIONS = {"xla_embed_ir_in_executable": False}
+# persistent cache supplied would be stored broken ("Function ... not found" when run). Such
+# a compile is used by this process and not stored (JAX's cache keeps supplying it; a later
+# cold compile stores it); JAX reports the hit as this event.
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_hits = [0]
+
+
+def _count_hit(event: str, **_) -> None:
+    if event == CACHE_HIT_EVENT:
+        _hits[0] += 1
+
+
+jax.monitoring.register_event_listener(_count_hit)
 # JAX options that change what a function traces to (read at call time: some are contexts)
 TRACE_OPTIONS = ("jax_enable_x64", "jax_numpy_dtype_promotion", "jax_numpy_rank_promotion",
                  "jax_default_matmul_precision", "jax_default_prng_impl",
@@ -352,21 +366,19 @@ class CachedJit:
         return compiled
 
     def _compile(self, where: Path, key: str, record: dict, args, kwargs):
-        """Trace, lower and compile (past JAX's persistent cache, see FRESH_OPTIONS), then
-        store the executable; None when this call cannot be compiled ahead (the jit path then
-        decides, and raises the user's error if there is one)."""
+        """Trace, lower and compile (through JAX's persistent cache), then store the
+        executable unless JAX's cache supplied it; None when this call cannot be compiled
+        ahead (the jit path then decides, and raises the user's error if there is one)."""
         from jax.experimental.serialize_executable import serialize
 
-        min_time = jax.config.jax_persistent_cache_min_compile_time_secs
+        hits = _hits[0]
         try:
-            lowered = self.jitted.lower(*args, **kwargs)
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", float("inf"))
-            compiled = lowered.compile(compiler_options=FRESH_OPTIONS)
+            compiled = self.jitted.lower(*args, **kwargs).compile()
         except Exception:       # noqa: BLE001 -- the jit path raises the user's error
             return None
-        finally:
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", min_time)
         _state["compiled"] += 1
+        if _hits[0] != hits:    # deserialised from JAX's cache: not storable (CACHE_HIT_EVENT)
+            return compiled
         try:
             serialized, _, out_tree = serialize(compiled)
             with io.BytesIO() as buffer:
