@@ -54,7 +54,8 @@ bench-collectives: $(STAMP)
 bench-incidence: $(STAMP)
 	$(BIN)/python bench/bench_incidence.py
 
-# a one-off question's wall time, cold and warm cache, and where it goes
+# a one-off question from the shell: cold, warm (stored executables) and jit-only warm, with
+# import, trace, lower, compile, load and run apart (writes bench/coldstart_last_run.log)
 bench-coldstart: $(STAMP)
 	$(BIN)/python bench/bench_coldstart.py | tee bench/coldstart_last_run.log
 

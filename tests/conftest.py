@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The suite's own compilation cache (never the user's): the command-line tests run the real
@@ -31,12 +32,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE",
                                      "ci" if os.environ.get("CI") else "dev"))
 
 import fabricjax.policies  # noqa: E402,F401  (registers the built-in policies' settings)
+from fabricjax.core import executables
 from fabricjax.core.cache import enable_compile_cache
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.config import FabricConfig
 from fabricjax.scenario import parse_scenario
 
 enable_compile_cache()
+# In this process the engine's programs take the plain jit path: the tests that count
+# retraces (jit's cache size, trace events) measure jit's in-memory cache. The executable
+# cache is tested on its own (tests/test_executables.py) and by every command-line test,
+# whose process uses it on the suite's cache folder.
+executables.set_enabled(False)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -49,6 +56,54 @@ def _release_compiled_programs():
     yield
     jax.clear_caches()
     gc.collect()  # the executables' mappings go when their last reference does
+
+
+# --cpu-durations=N: the tests that used the most CPU seconds (this process and the children
+# it waited for, setup and call). Unlike --durations' wall seconds, a machine busy with other
+# jobs does not change them, so the slowest tests can be found on a loaded machine.
+CPU_KEY = pytest.StashKey[float]()
+_cpu_seconds: dict = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
+                     help="show the N tests that used the most CPU seconds")
+
+
+def _cpu_now() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    start = _cpu_now()
+    yield
+    item.stash[CPU_KEY] = item.stash.get(CPU_KEY, 0.0) + _cpu_now() - start
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    start = _cpu_now()
+    yield
+    item.stash[CPU_KEY] = item.stash.get(CPU_KEY, 0.0) + _cpu_now() - start
+    item.user_properties.append(("cpu_s", item.stash[CPU_KEY]))
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:     # also the reports of xdist's workers
+        if name == "cpu_s" and report.when == "call":
+            _cpu_seconds[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.getoption("--cpu-durations")
+    if not count or not _cpu_seconds:
+        return
+    terminalreporter.section(f"{count} tests that used the most CPU seconds")
+    for nodeid, seconds in sorted(_cpu_seconds.items(), key=lambda kv: -kv[1])[:count]:
+        terminalreporter.write_line(f"{seconds:8.2f} CPU s  {nodeid}")
 
 
 # rtol/atol per dtype. float32: the solver's own saturation slack is 1e-5 relative, and a few

@@ -12,7 +12,7 @@ Layers:
   are analysed only on a small pool of precompiled shapes with `--policy ecmp|spray`; any other
   valid file runs `topo` (the same loader) so that the subset stays well under a minute.
 - subprocess: a few generated cases through `python -m fabricjax_cli.main` (the real exit path of
-  `main()`) under a timeout; the bomb reproducers also under an address-space cap.
+  `main()`) under a CPU-time limit; the bomb reproducers also under an address-space cap.
 - long: the same properties with many examples, fresh draws each run, valid files analysed
   up to an estimated cost (a 131,072-GPU ecmp permutation included); the subprocess layer
   scales to N/100 fresh examples. About 2 minutes per 1,000 examples on a 2-core CPU:
@@ -29,6 +29,11 @@ Layers:
   in OPEN_BUGS (the fuzzers then avoid its trigger); a plain regression test once fixed.
 
 No hypothesis database is used (database=None): runs write nothing into the tree.
+
+Every limit here is CPU seconds of the process that does the work (this one in-process: an
+ITIMER_PROF timer; a child: its RLIMIT_CPU), never wall-clock seconds, so a machine busy
+with other jobs cannot fail a case; a child that uses no CPU for HANG_GUARD_S of wall time
+(blocked forever) is stopped as a hang.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import json
 import math
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -91,17 +97,18 @@ FUZZ_EXAMPLES = int(os.environ.get("FABRICJAX_FUZZ_EXAMPLES", "0") or 0)
 QUICK_EXAMPLES = 150
 SUBPROCESS_EXAMPLES = 8
 BOMB_MEMORY = 2 * 2**30   # RLIMIT_AS of the bomb reproducers: they fail, the machine survives
-BOMB_TIMEOUT_S = 6       # a refusal takes well under a second
+BOMB_CPU_S = 20          # CPU seconds per bomb: a refusal takes about one
+HANG_GUARD_S = 900       # wall seconds after which a child is a hang (it is blocked, not slow)
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """How much a mode may spend per case. A file the loader refuses must be refused within
-    `refused_limit_s`, or it is a hang (a failure). A valid run is abandoned at
-    `valid_limit_s`; that, and a valid run slower than `valid_budget_s`, is recorded as a
-    FuzzBudgetWarning, not failed: nothing refuses a scenario for taking long. Valid scenarios
+    """How much a mode may spend per case, in CPU seconds. A file the loader refuses must be
+    refused within `refused_limit_s`, or it is a hang (a failure). A valid run is abandoned at
+    `valid_limit_s`; that, and a valid run that used more than `valid_budget_s`, is recorded
+    as a FuzzBudgetWarning, not failed: nothing refuses a scenario for taking long. Valid scenarios
     estimated above `max_work` (see _work) run `topo` instead of `analyze`; with `pool_only`,
     only the precompiled pool is analysed."""
 
@@ -847,32 +854,32 @@ def cases(draw, budget: Budget) -> Case:
 
 @dataclasses.dataclass
 class Outcome:
-    code: int | None        # None: it ran past its time limit
+    code: int | None        # None: it ran past its CPU-time limit (or hung)
     stdout: str
     stderr: str
     crash: str | None       # an exception that escaped the command (in-process)
-    elapsed: float
+    elapsed: float          # CPU seconds of the work (this process's, or the child's)
 
 
 class CaseTimeout(BaseException):
-    """Raised by SIGALRM in the middle of a case. A BaseException, so that no `except
+    """Raised by SIGPROF in the middle of a case. A BaseException, so that no `except
     Exception` in the code under test can swallow it."""
 
 
 @contextlib.contextmanager
 def _time_limit(seconds: float):
-    # Interrupts Python code (the YAML reader, validation); a C call that never returns to the
-    # interpreter is caught afterwards by the elapsed-time check.
+    # CPU seconds of this process (every thread): interrupts Python code (the YAML reader,
+    # validation) that has used that much; waiting on a loaded machine costs nothing.
     def fire(signum, frame):
-        raise CaseTimeout(f"ran past {seconds:g} s")
+        raise CaseTimeout(f"used {seconds:g} CPU s")
 
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGPROF, fire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 _RUNNER = CliRunner()
@@ -881,13 +888,13 @@ _RUNNER = CliRunner()
 def _invoke_in_process(args: list[str], limit: float) -> Outcome:
     from fabricjax_cli.main import app
 
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         with _time_limit(limit):
             result = _RUNNER.invoke(app, args, catch_exceptions=True)
     except CaseTimeout:
-        return Outcome(None, "", "", None, time.perf_counter() - start)
-    elapsed = time.perf_counter() - start
+        return Outcome(None, "", "", None, time.process_time() - start)
+    elapsed = time.process_time() - start
     error = result.exception
     if error is None:
         return Outcome(result.exit_code, result.stdout, result.stderr, None, elapsed)
@@ -906,34 +913,43 @@ def _subprocess_env() -> dict:
     return env
 
 
-# `python -m fabricjax_cli.main ARGS`, optionally under an address-space cap set in the child itself (a
-# preexec_fn would fork the multithreaded test process).
-_CAPPED = ("import resource, runpy, sys; cap = int(sys.argv.pop(1)); "
-           "resource.setrlimit(resource.RLIMIT_AS, (cap, cap)); "
+# `python -m fabricjax_cli.main ARGS` under a CPU-time limit and optionally an address-space
+# cap, both set in the child itself (a preexec_fn would fork the multithreaded test process).
+_CAPPED = ("import resource, runpy, sys; cpu = int(sys.argv.pop(1)); "
+           "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5)); "
+           "cap = int(sys.argv.pop(1)); "
+           "cap and resource.setrlimit(resource.RLIMIT_AS, (cap, cap)); "
            "runpy.run_module('fabricjax_cli.main', run_name='__main__', alter_sys=True)")
 
 
-def _command(args: list[str], memory: int | None) -> list[str]:
-    if memory is None:
-        return [sys.executable, "-m", "fabricjax_cli.main", *args]
-    return [sys.executable, "-c", _CAPPED, str(memory), *args]
+def _command(args: list[str], cpu_s: float, memory: int | None = None) -> list[str]:
+    return [sys.executable, "-c", _CAPPED, str(max(int(math.ceil(cpu_s)), 1)),
+            str(memory or 0), *args]
 
 
-def _outcome(proc, start: float) -> Outcome:
-    return Outcome(proc.returncode, proc.stdout.decode("utf-8", "backslashreplace"),
-                   proc.stderr.decode("utf-8", "backslashreplace"), None,
-                   time.perf_counter() - start)
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _code(returncode: int) -> int | None:
+    """The exit code, None for a child stopped at its CPU-time limit (SIGXCPU, or SIGKILL at
+    the hard limit)."""
+    return None if returncode in (-signal.SIGXCPU, -signal.SIGKILL) else returncode
 
 
 def _invoke_subprocess(args: list[str], limit: float, cwd: Path,
                        memory: int | None = None) -> Outcome:
-    start = time.perf_counter()
+    """`args` in a child limited to `limit` CPU seconds; elapsed: the child's CPU seconds."""
+    start = _children_cpu()
     try:
-        proc = subprocess.run(_command(args, memory), cwd=cwd, env=_subprocess_env(),
-                              capture_output=True, timeout=limit)
+        proc = subprocess.run(_command(args, limit, memory), cwd=cwd, env=_subprocess_env(),
+                              capture_output=True, timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
-        return Outcome(None, "", "", None, time.perf_counter() - start)
-    return _outcome(proc, start)
+        return Outcome(None, "", "", None, _children_cpu() - start)
+    return Outcome(_code(proc.returncode), proc.stdout.decode("utf-8", "backslashreplace"),
+                   proc.stderr.decode("utf-8", "backslashreplace"), None,
+                   _children_cpu() - start)
 
 
 def _args(case: Case, command: str, scenario: Path, out: Path) -> list[str]:
@@ -1118,7 +1134,7 @@ def check_front_door(case: Case, budget: Budget, *, in_process: bool = True) -> 
             with _time_limit(budget.refused_limit_s):
                 config = _effective(scenario, case, case.command)
         except CaseTimeout:
-            pytest.fail(f"loading the scenario ran past {budget.refused_limit_s:g} s (a hang)")
+            pytest.fail(f"loading the scenario used {budget.refused_limit_s:g} CPU s (a hang)")
         command, why = _route(config, case, budget)
         if command != case.command:
             config = _effective(scenario, case, command)
@@ -1130,7 +1146,7 @@ def check_front_door(case: Case, budget: Budget, *, in_process: bool = True) -> 
             outcome = _invoke_in_process(args, limit)
         else:
             outcome = _invoke_subprocess(args, limit, cwd=root)
-        detail = (f"args={args!r}\nexit={outcome.code} after {outcome.elapsed:.1f} s\n"
+        detail = (f"args={args!r}\nexit={outcome.code} after {outcome.elapsed:.1f} CPU s\n"
                   f"stdout (tail)={outcome.stdout[-600:]!r}\nstderr={outcome.stderr[:2000]!r}\n"
                   f"{outcome.crash or ''}")
         _record(f"exit {outcome.code}")
@@ -1139,7 +1155,7 @@ def check_front_door(case: Case, budget: Budget, *, in_process: bool = True) -> 
         if outcome.code is None and config is not None:
             # A valid scenario that is merely slow: record it (the memory estimate refuses
             # what would not fit; nothing yet refuses what would take too long).
-            warnings.warn(f"fuzz[{budget.name}]: valid case abandoned after {limit:g} s: "
+            warnings.warn(f"fuzz[{budget.name}]: valid case abandoned after {limit:g} CPU s: "
                           f"{args!r}", FuzzBudgetWarning)
             _record("valid, abandoned at the time limit")
             if in_process:   # interrupted like Ctrl-C: still nothing half-written (a
@@ -1150,7 +1166,7 @@ def check_front_door(case: Case, budget: Budget, *, in_process: bool = True) -> 
                 if report is not None and report != case.existing:
                     load_report(report)
             return outcome
-        assert outcome.code is not None, f"ran past {limit:g} s (a hang)\n{detail}"
+        assert outcome.code is not None, f"used {limit:g} CPU s (a hang)\n{detail}"
         assert outcome.crash is None, f"an exception escaped the command\n{detail}"
         assert outcome.code in (0, 2), f"exit {outcome.code}: neither a result nor a refusal\n" \
                                        f"{detail}"
@@ -1187,7 +1203,7 @@ def check_front_door(case: Case, budget: Budget, *, in_process: bool = True) -> 
                 assert len(records) == len(config.policies) * len(config.workload), detail
                 assert {r["policy"] for r in records} == set(config.policies), detail
         if command == "analyze" and outcome.elapsed > budget.valid_budget_s:
-            warnings.warn(f"fuzz[{budget.name}]: valid case took {outcome.elapsed:.0f} s "
+            warnings.warn(f"fuzz[{budget.name}]: valid case took {outcome.elapsed:.0f} CPU s "
                           f"(budget {budget.valid_budget_s:g} s): {args!r}", FuzzBudgetWarning)
         return outcome
 
@@ -1261,7 +1277,7 @@ def test_enormous_fabric_is_refused_naming_the_estimate():
                  max_memory="8GiB")
     outcome = check_front_door(case, QUICK)
     assert outcome.code == 2 and "memory" in outcome.stderr, outcome.stderr
-    assert outcome.elapsed < 10
+    assert outcome.elapsed < 10, f"{outcome.elapsed:.1f} CPU s to refuse it"
 
 
 def test_valid_run_replaces_an_existing_report_atomically():
@@ -1295,35 +1311,37 @@ _LAUGH_SLOTS = {
 
 @pytest.fixture(scope="module")
 def bomb_outcomes(tmp_path_factory) -> dict[str, Outcome]:
-    """Every bomb through the real process at once (a hang costs one timeout, not four),
-    under an address-space cap."""
+    """Every bomb through the real process at once (a hang costs one limit, not four), each
+    under an address-space cap and BOMB_CPU_S CPU seconds (elapsed: all four children's CPU
+    seconds together)."""
     root = tmp_path_factory.mktemp("bombs")
     slots = {**_LAUGH_SLOTS, "merge": "merge"}
     running = {}
-    start = time.perf_counter()
+    start = _children_cpu()
     for name, slot in slots.items():
         (root / f"{name}.yaml").write_text(_bomb_text(slot))
         running[name] = subprocess.Popen(
-            _command(["analyze", f"{name}.yaml", "-q"], BOMB_MEMORY), cwd=root,
+            _command(["analyze", f"{name}.yaml", "-q"], BOMB_CPU_S, BOMB_MEMORY), cwd=root,
             env=_subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     outcomes = {}
     for name, proc in running.items():
         try:
-            left = max(BOMB_TIMEOUT_S - (time.perf_counter() - start), 0.1)
-            stdout, stderr = proc.communicate(timeout=left)
+            stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            outcomes[name] = Outcome(None, "", "", None, time.perf_counter() - start)
+            outcomes[name] = Outcome(None, "", "", None, _children_cpu() - start)
             continue
-        outcomes[name] = Outcome(proc.returncode, stdout.decode("utf-8", "backslashreplace"),
+        outcomes[name] = Outcome(_code(proc.returncode),
+                                 stdout.decode("utf-8", "backslashreplace"),
                                  stderr.decode("utf-8", "backslashreplace"), None,
-                                 time.perf_counter() - start)
+                                 _children_cpu() - start)
     return outcomes
 
 
 def _assert_refused(outcome: Outcome, source: str) -> None:
-    detail = f"exit {outcome.code} after {outcome.elapsed:.1f} s: {outcome.stderr[:300]!r}"
+    detail = (f"exit {outcome.code} after {outcome.elapsed:.1f} CPU s: "
+              f"{outcome.stderr[:300]!r}")
     assert outcome.code == 2, detail
     assert_one_error_line(outcome.stderr, Path(source), detail)
 
@@ -1412,7 +1430,8 @@ def test_bug_memory_estimate_ignores_failure_set_size(tmp_path):
     outcome = _invoke_subprocess(
         ["analyze", "big.yaml", "-q", "-p", "ecmp", "--max-memory", "1GiB", "--json",
          "out.json"], limit=400, cwd=tmp_path, memory=3 * 2**30)
-    detail = f"exit {outcome.code} after {outcome.elapsed:.0f} s: {outcome.stderr[:300]!r}"
+    detail = (f"exit {outcome.code} after {outcome.elapsed:.0f} CPU s: "
+              f"{outcome.stderr[:300]!r}")
     assert outcome.code in (0, 2), detail
     if outcome.code == 2:
         assert_one_error_line(outcome.stderr, Path("big.yaml"), detail)

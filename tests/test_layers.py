@@ -39,8 +39,8 @@ LAYERS = {
 }
 # inside a folder, a module imports only the ones before it ("__init__" last: the registry)
 ORDER = {
-    "fabricjax.core": ["version", "errors", "status", "registry", "units", "output", "stream",
-                       "devices"],
+    "fabricjax.core": ["version", "lazy", "errors", "status", "registry", "units", "output",
+                       "stream", "devices"],
     "fabricjax.fabric": ["spec", "clos", "graphfile", "fattree", "ksp", "graph", "paths", "build",
                          "failures", "bom"],
     "fabricjax.workload": ["flows", "traffic_matrix", "traffic_csv", "traffic_npz",

@@ -12,6 +12,9 @@ tracing and running. The cache is on by default for the command line, in a per-u
   two runs (or a sweep's processes) share one folder safely;
 - clearing: `fabricjax cache --clear`, or delete the folder.
 
+The same folder holds the engine's compiled executables (`core.executables`: what lets a
+warm process skip tracing and lowering too), under the same size bound and lock.
+
 Programs that compiled in under MIN_COMPILE_SECONDS are not written (they cost more to look
 up than to rebuild). A program's key covers its code, shapes, JAX/jaxlib versions, backend and
 XLA flags, so a stale entry is never used for a different program. `enable_compile_cache`

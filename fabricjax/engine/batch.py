@@ -25,6 +25,7 @@ from jax.sharding import PartitionSpec
 
 from fabricjax.config import Scenario
 from fabricjax.core.devices import device_mesh, fetch, place, shard_devices
+from fabricjax.core.executables import cached_jit
 from fabricjax.engine.phase import PhaseOutcome, PreparedPhase, phase_core, phase_key
 from fabricjax.engine.plan import sets_per_call, slowest_only, vmap_width
 from fabricjax.fabric.build import AnyFabric
@@ -102,7 +103,7 @@ def _one_set(policy: Policy, routes, phase, plane, choice, state, options, key_d
         residual=jnp.asarray(reaction.residual, jnp.float32))
 
 
-@functools.partial(jax.jit, static_argnums=0,
+@functools.partial(cached_jit, static_argnums=0,
                    static_argnames=("settings", "layout", "tier_bounds", "top_k",
                                     "num_cohorts", "slowest_only", "num_nodes", "vmap_width",
                                     "mesh"))

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fabricjax.config import Scenario
+from fabricjax.core.executables import cached_jit
 from fabricjax.core.status import Status
 from fabricjax.engine.plan import (padded_flows, progressive_give_up, slowest_only,
                                    use_aggregation)
@@ -242,9 +243,9 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
     return reaction, result
 
 
-run_phase = jax.jit(phase_core, static_argnums=0,
-                    static_argnames=("settings", "layout", "tier_bounds", "top_k",
-                                     "num_cohorts", "slowest_only", "p100_only"))
+run_phase = cached_jit(phase_core, static_argnums=0,
+                       static_argnames=("settings", "layout", "tier_bounds", "top_k",
+                                        "num_cohorts", "slowest_only", "p100_only"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,7 +421,7 @@ def _split_inputs(outcome: PhaseOutcome, fabric: AnyFabric, alive: np.ndarray | 
     return (routes, arrays, *jax.device_put(host))
 
 
-@jax.jit
+@cached_jit
 def _progressive_program(routes, phase: PhaseArrays, plane, choice, weights, carried, start,
                          alive, capacity, eps, max_rounds, max_events, batch,
                          give_up_after) -> Progressive:
@@ -454,7 +455,7 @@ def simulate_progressive(scenario: Scenario, fabric: AnyFabric, outcome: PhaseOu
     return out._replace(finish=out.finish[:real], duration=out.duration[:real])
 
 
-@jax.jit
+@cached_jit
 def _split_program(routes, phase: PhaseArrays, plane, choice, weights, carried, alive,
                    tie_rtol) -> PhaseSplit:
     ids, coef = routes.split_incidence(plane, choice, weights)

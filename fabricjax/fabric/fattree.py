@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 
-import networkx as nx
 
+from fabricjax.core.lazy import lazy_module
 from fabricjax.core.errors import ScenarioError, short_repr
 from fabricjax.fabric.graphfile import check_graph
 from fabricjax.fabric.spec import bundled_switches, check_fat_tree_size
+
+nx = lazy_module("networkx")   # graph fabrics only: a Clos never loads it
 
 
 def fat_tree_graph(gpus: int, radix: int, port_gbps: float, tiers: int = 3,

@@ -16,17 +16,22 @@ import dataclasses
 import functools
 from collections import OrderedDict
 
-import networkx as nx
 import numpy as np
 
 from fabricjax.config import FabricKind
 from fabricjax.core.errors import ScenarioError
+from fabricjax.core.lazy import lazy_module
 from fabricjax.fabric.fattree import fat_tree_graph
 from fabricjax.fabric.graphfile import check_graph, load_graph, natural_key
 from fabricjax.fabric.ksp import candidate_paths
 
 __all__ = ["GraphFabric", "build_graph_fabric", "candidate_paths", "check_graph",
            "fat_tree_graph", "graph_bom", "graph_summary", "load_graph", "natural_key"]
+
+
+# networkx costs a tenth of a second to import and only graph fabrics use it: a Clos question
+# never loads it
+nx = lazy_module("networkx")
 
 TIER_NAMES = ("host-switch", "switch-up", "switch-down", "switch-host")
 NUM_TIERS = 4

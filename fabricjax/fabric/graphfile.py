@@ -39,10 +39,12 @@ import os
 import re
 import xml.etree.ElementTree as ElementTree
 
-import networkx as nx
 
+from fabricjax.core.lazy import lazy_module
 from fabricjax.core.errors import ScenarioError, short_repr
 from fabricjax.fabric.spec import MAX_EDGES
+
+nx = lazy_module("networkx")   # graph fabrics only: a Clos never loads it
 
 MAX_FILE_BYTES = 512 * 2 ** 20
 FORMATS = ("auto", "graphml", "edgelist")

@@ -25,10 +25,12 @@ from typing import Any
 
 from collections.abc import Sequence
 
-import networkx as nx
 import numpy as np
 
+from fabricjax.core.lazy import lazy_module
 from fabricjax.core.errors import ScenarioError
+
+nx = lazy_module("networkx")   # graph fabrics only: a Clos never loads it
 
 _SOURCE, _SINK = -1, -2          # virtual path-search endpoints (real node ids are >= 0)
 

@@ -26,16 +26,18 @@ infinite capacity, always alive.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import sparse
 
 from fabricjax.fabric.clos import ClosGeometry
 from fabricjax.fabric.paths import clos_path_links, fabric_hops_alive
 from fabricjax.solver.maxmin import PhaseResult, evaluate_split
+
+if TYPE_CHECKING:    # jax.experimental.sparse pulls in scipy: loaded by the one function
+    from jax.experimental import sparse
 
 REHASH_DRAWS = 16      # ECMP re-hash: candidate choices tried; the first live one is taken
 
@@ -354,6 +356,8 @@ def incidence_matrix(links: Any, weights: Any, num_links: int) -> sparse.BCOO:
     (f, l) = the share of flow f's rate on link l (sum over its slots through l), from link
     ids int32[F, K, H] (or the [F, E, 1] of `clos_incidence`) and weights float[F, K].
     Loads are then `demand @ A` (a sparse product); duplicates are summed."""
+    from jax.experimental import sparse
+
     links = jnp.asarray(links)
     weights = jnp.asarray(weights)
     num_flows = links.shape[0]
