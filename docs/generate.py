@@ -10,7 +10,7 @@ cheap ones (`slow=False`).
 
 It also writes the generated reference pages: `docs/reference/scenario.md` from the pydantic
 models' JSON schema, `docs/reference/cli.md` from the typer app, and `docs/benchmarks-logs.md`
-from the benches' last-run logs (see `reference.py`).
+from the benches' last-run logs (see `reference_pages.py`).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from reference import write_all  # docs/reference.py, beside this file
+from reference_pages import write_all  # docs/reference_pages.py, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "docs" / "outputs"

@@ -134,6 +134,10 @@ def configure(scenario: Scenario | ScenarioConfig | str | Path, *,
         overrides["failures"] = {**config.failures.model_dump(), **failures}
     if all(value is None for value in overrides.values()):
         return config                 # validated already: nothing to re-check
+    if policies is not None:
+        # the names are checked against the registry, which the policy modules fill (JAX is
+        # imported here, where a computation follows, never by `import fabricjax`)
+        import fabricjax.policies  # noqa: F401
     try:
         return with_overrides(config, **overrides)
     except ScenarioError as error:

@@ -92,7 +92,7 @@ class FabricConfig(Strict):
     model_config = ConfigDict(use_enum_values=True)
 
     kind: Annotated[FabricKind, Field(strict=False)] = Field(
-        FabricKind.CLOS, description="multiplane-clos: the two-tier multi-plane Clos; "
+        FabricKind.CLOS.value, description="multiplane-clos: the two-tier multi-plane Clos; "
         "fat-tree: a fat tree of `tiers` tiers per plane; graph: the network in `file`.")
     gpus: int = Field(1024, ge=2, description="GPUs (NICs) on the fabric.")
     planes: int = Field(8, ge=1, le=64, description="Planes: each GPU has one port per plane "

@@ -185,8 +185,10 @@ def solve_aggregated_classes(geom, policy, classes, demand, size_bytes, capacity
         raise ValueError(f"{policy} cannot be solved as classes")
     if (policy == "spray" and not evs) or (policy == "ecmp" and (not qps or rng is None)):
         raise ValueError("spray needs evs >= 1; ecmp needs qps >= 1 and an rng")
-    options = SimpleNamespace(spray=SimpleNamespace(evs=evs, placement=placement),
-                              ecmp=SimpleNamespace(qps=qps))
+    # what `Policy.section(scenario)` reads: each policy's settings by name
+    sections = {"spray": SimpleNamespace(evs=evs, placement=placement),
+                "ecmp": SimpleNamespace(qps=qps)}
+    options = SimpleNamespace(section=sections.get)
     class_slots, plane_slots = pol.class_slots(geom, classes, options, rng)
     if demand is None:
         demand = offered_class_demand(geom, classes)

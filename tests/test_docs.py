@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS))
 import generate  # noqa: E402  (docs/generate.py: the one script that writes the outputs)
-import reference  # noqa: E402
+import reference_pages as reference  # noqa: E402
 
 ISSUE_NUMBER = re.compile(r"\bissues?\s*#?\d+", re.IGNORECASE)
 SNIPPET = re.compile(r'^\s*--8<-- "([^"]+)"', re.MULTILINE)

@@ -467,12 +467,12 @@ def test_mrc_never_worse_than_spray_and_better_on_average():
         spray = solve_policy_phase("spray", scenario, fabric, flows, (0, 0))
         mrc = solve_policy_phase("mrc", scenario, fabric, flows, (0, 0), trace=True)
         # same initial EV draw: mrc's first measurement is spraying's P100
-        assert_close(mrc.trace[0], spray.result.stats[0, 2])
-        assert mrc.convergence in MRC_ENDINGS
+        assert_close(mrc.adaptation.trace[0], spray.result.stats[0, 2])
+        assert mrc.adaptation.convergence in MRC_ENDINGS
         spray_p100.append(float(spray.result.stats[0, 2]))
         mrc_p100.append(float(mrc.result.stats[0, 2]))
         # the returned EV set is the best the trace saw (or the balanced one it stopped on)
-        assert_close(mrc.trace.min(), mrc_p100[-1])
+        assert_close(mrc.adaptation.trace.min(), mrc_p100[-1])
     spray_p100, mrc_p100 = np.array(spray_p100), np.array(mrc_p100)
     assert np.all(mrc_p100 <= spray_p100 + 1e-6), (mrc_p100, spray_p100)
     assert mrc_p100.mean() < spray_p100.mean() - 0.05, (mrc_p100.mean(), spray_p100.mean())
@@ -486,7 +486,7 @@ def test_mrc_never_worse_than_spray_on_counterexample_seeds():
         mrc = solve_policy_phase("mrc", scenario, fabric, flows, (0, 0))
         assert float(mrc.result.stats[0, 2]) <= float(spray.result.stats[0, 2]) + 1e-6, (
             seed, float(mrc.result.stats[0, 2]), float(spray.result.stats[0, 2]),
-            mrc.convergence)
+            mrc.adaptation.convergence)
 
 
 # --------------------------------------------------------------------------- 4. determinism

@@ -25,7 +25,7 @@ from fabricjax.policies import get
 from fabricjax.policies.base import STATIC, TRACED, Policy, Reaction, Slots, role
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
-from fabricjax.sweep import parse_sets, run_sweep, sweep_points
+from fabricjax.sweeps import parse_sets, run_sweep, sweep_points
 
 REPO = Path(__file__).resolve().parents[1]
 
