@@ -41,9 +41,10 @@ ORDER = {
     "fabricjax.fabric": ["spec", "clos", "graph", "paths", "build", "failures", "bom"],
     "fabricjax.workload": ["flows", "traffic", "et", "collectives", "training", "chakra",
                            "build"],
-    "fabricjax.solver": ["maxmin", "incidence", "progressive", "aggregate", "gradients"],
+    "fabricjax.solver": ["maxmin", "incidence", "progressive", "aggregate", "gradients",
+                         "dynamic"],
     "fabricjax.policies": ["base", "ecmp", "spray", "mrc", "optimal", "__init__"],
-    "fabricjax.engine": ["plan", "phase", "batch"],
+    "fabricjax.engine": ["plan", "phase", "batch", "dynamic"],
     "fabricjax.study": ["sharing", "resilience", "sensitivity", "analyze"],
     "fabricjax.report": ["json", "tables", "topo", "plots"],
 }

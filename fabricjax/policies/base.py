@@ -103,6 +103,10 @@ class Policy:
     # peak resident bytes measured by bench/memory_calibration.py and rounded up: per
     # flow-slot entry of a solve, for its compiled programs, and extra per flow-slot entry of
     # one failure set (its candidate draws).
+    # Its reaction at ACK time in the dynamic level (engine.dynamic): "fixed" keeps the split
+    # `react` gives (ECMP's QPs, spraying's EV cycle); "recycle" starts from an equal split over
+    # the live slots and moves bytes off EVs that come back marked or trimmed (MRC, REPS).
+    feedback: str = "fixed"
     aggregatable: bool = False
     max_pairs: int | None = None
     bytes_per_slot: int = 80

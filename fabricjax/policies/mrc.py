@@ -250,6 +250,7 @@ class Mrc(Policy):
     iterative: bool = True
     residual_name: str = "overload"
     label: str = "MRC adaptive spraying (EV swapping fixed point)"
+    feedback: str = "recycle"
     # every flow's EV set lives on the device: past 2^25 flow-EV pairs (twice the 131k ring
     # step) it would not fit a laptop, and classes cannot hold per-flow EVs
     max_pairs: int | None = 2**25
