@@ -138,6 +138,16 @@ def slot_links(fabric: AnyFabric, flows: Flows, plane: np.ndarray, choice: np.nd
     return routes.cand[np.arange(flows.num_flows)[:, None], choice].astype(np.int32)
 
 
+def flow_link_pairs(links: np.ndarray, num_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pair int32[F, K, H], pair_link int32[P]): every (flow, slot, hop) entry's index among
+    the distinct (flow, link) pairs, and each pair's link (the solver sums a flow's slots per
+    link with them)."""
+    key = np.arange(links.shape[0], dtype=np.int64)[:, None, None] * (num_links + 1) + links
+    unique, pair = np.unique(key.reshape(-1), return_inverse=True)
+    return (pair.reshape(links.shape).astype(np.int32),
+            (unique % (num_links + 1)).astype(np.int32))
+
+
 _run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "recycle", "lag"))
 
 
@@ -186,6 +196,11 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     buffer = bdp_pkts * pkt * speed
     kmin = math.ceil(0.2 * bdp_pkts) * pkt * speed
     kmax = math.ceil(0.8 * bdp_pkts) * pkt * speed
+    # a NIC paces its own port: packets meet at random from the first switch on
+    host_up = fabric.layout_bounds[0]
+    multiplexed = np.ones(num_links)
+    multiplexed[host_up[0]:host_up[1]] = 0.0
+    pair, pair_link = flow_link_pairs(links, num_links)
     # NSCC's constants (solver.dynamic), scaled by the network BDP at the NIC rate
     mss = cfg.mtu_bytes
     scale_a = network_rtt * float(np.median(nic)) / REFERENCE_BDP
@@ -211,7 +226,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         links, share.astype(f32), live, size.astype(f32), start.astype(f32),
         flows.src.astype(np.int32), nic.astype(f32), base.astype(f32),
         max_window.astype(f32), ext(capacity, np.inf), ext(buffer, np.inf),
-        ext(kmin, 1e30), ext(kmax, 2e30),
+        ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0), pair, pair_link,
         DynamicParams(*(np.int32(v) if name in ("max_steps", "stride") else f32(v)
                         for name, v in zip(DynamicParams._fields, params)))))
     out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:],

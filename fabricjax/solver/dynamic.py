@@ -12,7 +12,8 @@ One step:
    per hop) and the share of its bytes trimmed;
 2. rate r = min(W / RTT, NIC) with RTT = base RTT + the slots' mean queueing delay, the NIC
    shared by its GPU's flows in proportion (its per-packet round robin), never more than R;
-   each slot carries r s; a hop receives what the hops before it passed in the last step;
+   each slot carries r s; a hop receives what the hops before it forwarded in the last step
+   (their departures: a queue's output is its capacity, shared by what arrived);
 3. Q += (A - C) dt clipped to [0, B]: what overflows is trimmed (`pass` < 1), the slot's
    trimmed bytes stay in R and are sent again (over the slots as the shares say);
 4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
@@ -55,6 +56,14 @@ FAST_DELAY_S = 1e-6     # htsim's fast increase: delay under 1 us for a whole wi
 TINY = 1e-30
 MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
 LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
+PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
+import os
+NACK_DECREASE = float(os.environ.get('FJ_NACK', 1))
+QUICK_ADAPT = bool(int(os.environ.get('FJ_QA', 1)))
+PACKET_QUEUEING = float(os.environ.get('FJ_PQ', 1))
+RHO_MAX = float(os.environ.get('FJ_RHO', 0.95))
+LAG_X = 0
+RHO_MAX0 = 0.95         # the utilisation at which that wait stops growing (10 packets)
 
 
 class DynamicParams(NamedTuple):
@@ -113,7 +122,7 @@ class _State(NamedTuple):
     qa_trigger: jax.Array
     share: jax.Array
     queue: jax.Array
-    passed: jax.Array
+    forward: jax.Array
     history: jax.Array      # [lag + 1, L + 1, 3] link signals, newest at `step % (lag + 1)`
     finish: jax.Array
     delivered: jax.Array
@@ -123,10 +132,19 @@ class _State(NamedTuple):
     series: jax.Array
 
 
-def _link_signals(queue, capacity, kmin, kmax, passed):
-    """float[L+1, 3]: queueing delay (s), ECN mark probability, share passed, per link."""
-    delay = queue / capacity
-    mark = jnp.clip((queue - kmin) / jnp.maximum(kmax - kmin, 1.0), 0.0, 1.0)
+def packet_wait(arrive, capacity, pkt):
+    """float[L+1] s: the mean wait of a packet in an M/D/1 queue at the link's utilisation
+    (capped at RHO_MAX): the queueing that packets meet even where the fluid queue is empty."""
+    rho = jnp.clip(arrive / capacity, 0.0, RHO_MAX)
+    return PACKET_QUEUEING * pkt / capacity * rho / (2.0 * (1.0 - rho))
+
+
+def _link_signals(queue, capacity, kmin, kmax, passed, wait):
+    """float[L+1, 3]: queueing delay (s), ECN mark probability, share passed, per link
+    (`wait`: the packet-level wait on top of the fluid queue)."""
+    delay = queue / capacity + wait
+    level = queue + jnp.where(jnp.isfinite(capacity), wait * capacity, 0.0)
+    mark = jnp.clip((level - kmin) / jnp.maximum(kmax - kmin, 1.0), 0.0, 1.0)
     return jnp.stack([delay, mark, passed], axis=-1)
 
 
@@ -140,7 +158,8 @@ def _path(signals_at):
 
 
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
-                     max_window, capacity, buffer, kmin, kmax, params: DynamicParams, *,
+                     max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
+                     params: DynamicParams, *,
                      recycle: bool, lag: int) -> Dynamic:
     """Run the phase until every flow is done or `params.max_steps` (see the module).
 
@@ -148,10 +167,14 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     live bool[F, K] slots a recycling policy may move bytes to; size float32[F] wire bytes;
     start float32[F] s; src int32[F] sending GPU; nic float32[N] bytes/s per GPU (num_gpus
     static); base_rtt, max_window float32[F] (s, bytes); capacity, buffer, kmin, kmax
-    float32[L+1] (bytes/s, bytes; the sentinel: capacity inf, buffer inf). recycle, lag
+    float32[L+1] (bytes/s, bytes; the sentinel: capacity inf, buffer inf); multiplexed
+    float32[L+1] 1 where packets of independent senders meet (0 on the NICs' own links, paced
+    by the NIC, and the sentinel); pair int32[F, K, H] the (flow, link) pair of every entry
+    and pair_link int32[P] its link (the host's np.unique). recycle, lag
     (steps of feedback delay): static."""
     num_flows, num_slots, hops = links.shape
     num_links = capacity.shape[0]
+    num_pairs = pair_link.shape[0]
     p = params
     dt = p.dt
     cap_dt = capacity * dt
@@ -159,14 +182,15 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
     finite_cap = jnp.isfinite(capacity)
     real = jnp.arange(num_links) < num_links - 1
-    signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links))
+    signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links),
+                              jnp.zeros(num_links))
     init = _State(
         step=jnp.int32(0), remaining=size, window=max_window,
         avg_delay=jnp.zeros(num_flows), fi_count=jnp.zeros(num_flows),
         since_dec=jnp.full(num_flows, jnp.inf), marks=jnp.zeros(num_flows),
         achieved=jnp.zeros(num_flows), qa_clock=base_rtt + p.target,
         qa_trigger=jnp.zeros(num_flows, bool), share=share,
-        queue=jnp.zeros(num_links), passed=jnp.ones(num_links),
+        queue=jnp.zeros(num_links), forward=jnp.ones(num_links),
         history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
         finish=jnp.where(size > 0, jnp.inf, start), delivered=jnp.zeros(num_flows),
         trimmed=jnp.zeros(num_flows), link_bytes=jnp.zeros(num_links),
@@ -189,21 +213,32 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         scale = jnp.minimum(1.0, nic / jnp.maximum(offered, TINY))[src]
         # never much past what is left: the last step sends what should get through
         through_seen = (s.share * seen_pass).sum(1)
-        rate = jnp.minimum(want * scale,
+        uncapped = want * scale
+        rate = jnp.minimum(uncapped,
                            s.remaining / (dt * jnp.maximum(through_seen, MIN_THROUGH)))
         slot_rate = rate[:, None] * s.share
-        # arrivals: hop h gets what the hops before it passed in the last step
-        upstream = jnp.cumprod(s.passed[links], axis=-1)
+        # arrivals: hop h gets what the hops before it forwarded in the last step
+        upstream = jnp.cumprod(s.forward[links], axis=-1)
         reach = jnp.concatenate([jnp.ones_like(upstream[..., :1]), upstream[..., :-1]], -1)
-        arrive = jax.ops.segment_sum((slot_rate[..., None] * reach).reshape(-1),
-                                     links.reshape(-1), num_segments=num_links)
+        contrib = (slot_rate[..., None] * reach).reshape(-1)
+        flat = links.reshape(-1)
+        arrive = jax.ops.segment_sum(contrib, flat, num_segments=num_links)
         arrive = jnp.where(real, arrive, 0.0)
+        # packets meet at random only where several flows merge: 1 - the flows' Herfindahl
+        # index of the arrivals (0 for one flow, 1 - 1/n for n equal ones)
+        per_pair = jax.ops.segment_sum(contrib, pair.reshape(-1), num_segments=num_pairs)
+        squares = jax.ops.segment_sum(per_pair * per_pair, pair_link, num_segments=num_links)
+        merging = multiplexed * (1.0 - squares / jnp.maximum(arrive * arrive, TINY))
         level = s.queue + arrive * dt - jnp.where(finite_cap, cap_dt, 0.0)
         over = jnp.maximum(level - buffer, 0.0)
         queue = jnp.where(real, jnp.clip(level, 0.0, buffer), 0.0)
         passed = jnp.where(real & (arrive > 0),
                            1.0 - over / jnp.maximum(arrive * dt, TINY), 1.0)
-        link_bytes = s.link_bytes + jnp.where(real, s.queue + arrive * dt - over - queue, 0.0)
+        departed = jnp.where(real, s.queue + arrive * dt - over - queue, 0.0)
+        link_bytes = s.link_bytes + departed
+        # what a link passes on relative to what it got (above 1 while its queue drains): the
+        # next hops' arrivals are the departures, not the offered load
+        forward = jnp.where(real & (arrive > 0), departed / jnp.maximum(arrive * dt, TINY), 1.0)
         # this step's bytes: those trimmed anywhere on their slot stay in R
         through = jnp.prod(passed[links], axis=-1)                       # [F, K]
         sent = slot_rate * dt
@@ -211,11 +246,13 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         lost_bytes = (sent * (1.0 - through)).sum(1)
         # a byte's tolerance: trimmed remainders would otherwise shrink geometrically
         done_now = sending & (ok_bytes >= s.remaining - LAST_BYTE)
-        frac = jnp.where(done_now, jnp.minimum(s.remaining / jnp.maximum(ok_bytes, TINY), 1.0),
-                         1.0)
+        # the share of the step the flow needed at its uncapped rate
+        got = ok_bytes * uncapped / jnp.maximum(rate, TINY)
+        frac = jnp.where(done_now, jnp.minimum(s.remaining / jnp.maximum(got, TINY), 1.0), 1.0)
         gone = jnp.where(done_now, s.remaining, jnp.minimum(ok_bytes, s.remaining))
         remaining = jnp.where(done_now, 0.0, s.remaining - gone)
-        now_delay = (s.share * (queue / capacity)[links].sum(-1)).sum(1)
+        wait = jnp.where(real, merging * packet_wait(arrive, capacity, p.pkt), 0.0)
+        now_delay = (s.share * (queue / capacity + wait)[links].sum(-1)).sum(1)
         finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
         # ---- NSCC on what came back this step
         acked = gone
@@ -248,12 +285,12 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         window = jnp.where(cut, window * factor, window)
         marks = jnp.where(cut, 0.0, marks)
         since_dec = jnp.where(cut, 0.0, since_dec)
-        window = window - lost_bytes
+        window = window - NACK_DECREASE * lost_bytes
         # quick adapt: every base RTT + target, on a trim or a delay past 4 targets
         achieved = s.achieved + acked
         trigger = s.qa_trigger | (lost_bytes > 0) | (delay_f > 4.0 * p.target)
         due = now >= s.qa_clock
-        adapt = due & trigger & (achieved < max_window / 8.0)
+        adapt = QUICK_ADAPT & due & trigger & (achieved < max_window / 8.0)
         window = jnp.where(adapt, jnp.maximum(achieved, p.mtu), window)
         achieved = jnp.where(due, 0.0, achieved)
         trigger = jnp.where(due, False, trigger)
@@ -268,7 +305,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         else:
             share = s.share
         # ---- records
-        signals = _link_signals(queue, capacity, kmin, kmax, passed)
+        signals = _link_signals(queue, capacity, kmin, kmax, passed, wait)
         history = s.history.at[s.step % (lag + 1)].set(signals)
         fill = jnp.where(real, queue / jnp.where(real, buffer, 1.0), 0.0)
         slot = jnp.minimum(s.step // p.stride, RECORDS - 1)
@@ -280,7 +317,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             step=s.step + 1, remaining=remaining, window=window, avg_delay=avg,
             fi_count=fi_count,
             since_dec=since_dec, marks=marks, achieved=achieved, qa_clock=qa_clock,
-            qa_trigger=trigger, share=share, queue=queue, passed=passed, history=history,
+            qa_trigger=trigger, share=share, queue=queue, forward=forward, history=history,
             finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
             link_bytes=link_bytes, max_fill=jnp.maximum(s.max_fill, fill),
             series=s.series.at[slot].set(row))
