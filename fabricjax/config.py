@@ -372,6 +372,11 @@ class SolverConfig(_Strict):
     max_events: int = Field(256, ge=1, le=1_000_000)
     event_batch: float = Field(0.01, ge=0.0, le=1.0)
     aggregate: Literal["auto", "always", "never"] = "auto"
+    model: Literal["static", "dynamic"] = Field(
+        "static", description="static: the settled max-min rates (and the progressive "
+        "simulation); dynamic: a fluid model in time steps of a fraction of the base RTT, "
+        "with queues, ECN, trimming, NSCC windows and each policy's reaction at ACK time "
+        "(engine.dynamic), for the flow completion times")
 
 
 class TransportConfig(_Strict):

@@ -30,7 +30,7 @@ import numpy as np
 from fabricjax.config import Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.units import format_bytes
-from fabricjax.engine.phase import (flow_hops, host_routes, initial_slots, phase_arrays,
+from fabricjax.engine.phase import (PhaseOutcome, flow_hops, host_routes, initial_slots,
                                     solve_policy_phase)
 from fabricjax.engine.plan import available_memory
 from fabricjax.fabric.build import AnyFabric
@@ -38,6 +38,7 @@ from fabricjax.fabric.paths import clos_path_links
 from fabricjax.policies import get
 from fabricjax.policies.base import Policy, Slots
 from fabricjax.solver.dynamic import RECORDS, DynamicParams, simulate_dynamic
+from fabricjax.solver.progressive import Progressive
 from fabricjax.workload.flows import Flows
 
 # One set of defaults for every case (calibrated on bench/fidelity, never per case).
@@ -154,14 +155,17 @@ _run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "recycle", "lag"))
 def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
                         flows: Flows, stream: tuple[int, int], *,
                         alive: np.ndarray | None = None, slots: Slots | None = None,
-                        max_memory: int | None = None) -> DynamicOutcome:
+                        max_memory: int | None = None,
+                        static: PhaseOutcome | None = None) -> DynamicOutcome:
     """Solve one phase under `policy` in time (see the module). `alive`: bool[L] (None:
-    every link alive). `max_memory`: bytes (None: what the machine has available)."""
+    every link alive). `max_memory`: bytes (None: what the machine has available).
+    `static`: the static level's outcome of the same phase and slots, if already solved."""
     policy = get(policy) if isinstance(policy, str) else policy
     if slots is None:
         slots = initial_slots(policy, scenario, fabric, flows, stream)
-    static = solve_policy_phase(policy, scenario, fabric, flows, stream, alive=alive,
-                                slots=slots)
+    if static is None:
+        static = solve_policy_phase(policy, scenario, fabric, flows, stream, alive=alive,
+                                    slots=slots)
     links = slot_links(fabric, flows, slots.plane, np.asarray(static.choice), static.pool)
     num_flows, num_slots, hops = links.shape
     check_dynamic_memory(num_flows, num_slots, hops,
@@ -260,3 +264,24 @@ def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, 
     p50, p99 = np.quantile(values, [0.5, 0.99], method="inverted_cdf")
     return float(p50), float(p99), float(values.max())
 
+
+def with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+                 stream: tuple[int, int], outcome: PhaseOutcome) -> PhaseOutcome:
+    """The static outcome of a phase with its flow-level figures from the dynamic level: its
+    `progressive` holds the dynamic finish times, written so that the metrics' FCT rule
+    (time on the fabric x the headers' factor + latency and the ACK back) gives the dynamic
+    FCTs. A phase solved as classes (no per-flow slots) keeps the static figures."""
+    if outcome.plane is None or outcome.weights is None or flows.num_flows == 0:
+        return outcome
+    policy = get(policy) if isinstance(policy, str) else policy
+    slots = initial_slots(policy, scenario, fabric, flows, stream)
+    out = solve_dynamic_phase(policy, scenario, fabric, flows, stream, slots=slots,
+                              static=outcome)
+    cfg = scenario.transport
+    wire = packet_bytes(scenario) / cfg.mtu_bytes if cfg.enabled else 1.0
+    start = np.zeros(flows.num_flows) if flows.start is None else np.asarray(flows.start)
+    latency = one_way_latency_s(scenario, flow_hops(fabric, flows)) if cfg.enabled else 0.0
+    finish = start + (out.fct_s - latency) / wire
+    progressive = Progressive(finish=finish.astype(np.float32), events=np.int32(out.steps),
+                              rounds=np.int32(0), status=np.int32(out.status))
+    return dataclasses.replace(outcome, progressive=progressive)
