@@ -211,25 +211,27 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         trimmed += lost
         clean = s * sp
         mark = (clean * sm).sum(1) / np.maximum(clean.sum(1), 1e-30)
+        d_mark = (clean * sm * sd).sum(1) / np.maximum((clean * sm).sum(1), 1e-30)
+        d_clean = (clean * (1 - sm) * sd).sum(1) / np.maximum((clean * (1 - sm)).sum(1), 1e-30)
         unm = gone * (1 - mark)
         pk = gone / p["pkt"]
         acks = unm / dyn.ACK_BYTES + mark * pk
         wgt = 1 - (1 - p["delay_alpha"]) ** acks
-        sc_ = np.where(delay > p["target"], 0.25 * base_rtt, delay)
-        sample = mark * delay + (1 - mark) * sc_
+        sc_ = np.where(d_clean > p["target"], 0.25 * base_rtt, d_clean)
+        sample = mark * d_mark + (1 - mark) * sc_
         nw = 1 - (1 - p["delay_alpha"]) ** (lost / p["pkt"])
         avg = avg + wgt * (sample - avg)
         avg = avg + nw * (p["network_rtt"] - avg)
         fast = delay < dyn.FAST_DELAY_S
         fic = np.where(fast, fic + gone, 0.0)
         finc = fast & (fic > W)
-        inc = np.where(delay >= p["target"], p["fi"] * unm,
-                       p["alpha"] * unm * np.maximum(p["target"] - delay, 0))
+        inc = np.where(d_clean >= p["target"], p["fi"] * unm,
+                       p["alpha"] * unm * np.maximum(p["target"] - d_clean, 0))
         Wn = np.where(finc, W + unm * p["fi_scale"], W + inc / np.maximum(W, p["mtu"]))
         Wn = Wn + p["eta"] * dt / p["network_rtt"]
         marks = marks + mark * pk
         since = since + dt
-        cut = (marks >= 1) & (since > base_rtt) & (delay >= p["target"]) & (avg > p["target"])
+        cut = (marks >= 1) & (since > base_rtt) & (d_mark >= p["target"]) & (avg > p["target"])
         factor = np.maximum(1 - p["gamma"] * (avg - p["target"]) / np.maximum(avg, 1e-30), .5)
         Wn = np.where(cut, Wn * factor, Wn)
         marks = np.where(cut, 0, marks)

@@ -8,14 +8,19 @@ per link the queue Q (bytes) with capacity C, buffer B and ECN thresholds Kmin <
 One step:
 
 1. the path signals of every slot, as the sender sees them `lag` steps late (ACKs come
-   back): queueing delay (sum of Q/C), mark probability (RED between Kmin and Kmax, one draw
-   per hop) and the share of its bytes trimmed;
+   back): queueing delay (sum of Q/C plus the packet wait below), mark probability (RED
+   between Kmin and Kmax on the queue plus the packets waiting, one draw per hop) and the
+   share of its bytes trimmed;
 2. rate r = min(W / RTT, NIC) with RTT = base RTT + the slots' mean queueing delay, the NIC
    shared by its GPU's flows in proportion (its per-packet round robin), never more than R;
    each slot carries r s; a hop receives what the hops before it forwarded in the last step
    (their departures: a queue's output is its capacity, shared by what arrived);
 3. Q += (A - C) dt clipped to [0, B]: what overflows is trimmed (`pass` < 1), the slot's
-   trimmed bytes stay in R and are sent again (over the slots as the shares say);
+   trimmed bytes stay in R and are sent again (over the slots as the shares say). Where
+   several flows merge, packets also wait as in an M/D/1 queue at the link's utilisation
+   (capped at RHO_MAX), scaled by 1 - the flows' Herfindahl index of its arrivals (none for
+   one flow's paced packets, nor on a NIC's own port): the queueing a fluid misses below
+   full load, which htsim's sprayed packets meet (bench/fidelity);
 4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
    fraction where it does, plus the queueing delay its last byte meets;
 5. the window follows NSCC (below), and the policy reacts: `recycle` (MRC/REPS) moves, per
@@ -36,7 +41,9 @@ by max(1 - 0.8 (avg - target) / avg, 0.5) at most once per base RTT; the delay a
 EWMA of weight 0.0125 per ACK (an ACK per 16 KiB, and one per marked packet) whose unmarked
 samples above target count as a quarter base RTT; a NACK (trim) removes its bytes from W and
 triggers quick adapt (W = bytes ACKed in the last base RTT + target, when below maxwnd / 8);
-W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top.
+W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top. The
+delays compared with the target are those of the marked and of the unmarked ACKs apart
+(share-weighted over the slots), as each ACK carries its own path's delay.
 
 Units: bytes, seconds, bytes per second (the host converts Gbit/s). Returns `Dynamic`.
 """
@@ -56,14 +63,10 @@ FAST_DELAY_S = 1e-6     # htsim's fast increase: delay under 1 us for a whole wi
 TINY = 1e-30
 MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
 LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
+NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
+QUICK_ADAPT = True
 PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
-import os
-NACK_DECREASE = float(os.environ.get('FJ_NACK', 1))
-QUICK_ADAPT = bool(int(os.environ.get('FJ_QA', 1)))
-PACKET_QUEUEING = float(os.environ.get('FJ_PQ', 1))
-RHO_MAX = float(os.environ.get('FJ_RHO', 0.95))
-LAG_X = 0
-RHO_MAX0 = 0.95         # the utilisation at which that wait stops growing (10 packets)
+RHO_MAX = 0.95         # the utilisation at which that wait stops growing (10 packets)
 
 
 class DynamicParams(NamedTuple):
@@ -257,13 +260,19 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # ---- NSCC on what came back this step
         acked = gone
         clean = s.share * seen_pass
-        mark_f = (clean * seen_mark).sum(1) / jnp.maximum(clean.sum(1), TINY)
+        marked_w = clean * seen_mark
+        unmarked_w = clean - marked_w
+        mark_f = marked_w.sum(1) / jnp.maximum(clean.sum(1), TINY)
+        # the delay samples of the marked and of the unmarked ACKs (per slot, not the mean:
+        # an EV on a slow path cuts the window when its marked ACK comes back late)
+        delay_marked = (marked_w * seen_delay).sum(1) / jnp.maximum(marked_w.sum(1), TINY)
+        delay_clean = (unmarked_w * seen_delay).sum(1) / jnp.maximum(unmarked_w.sum(1), TINY)
         unmarked = acked * (1.0 - mark_f)
         packets = acked / p.pkt
         acks = unmarked / ACK_BYTES + mark_f * packets
         weight = 1.0 - (1.0 - p.delay_alpha) ** acks
-        sample_clean = jnp.where(delay_f > p.target, 0.25 * base_rtt, delay_f)
-        sample = mark_f * delay_f + (1.0 - mark_f) * sample_clean
+        sample_clean = jnp.where(delay_clean > p.target, 0.25 * base_rtt, delay_clean)
+        sample = mark_f * delay_marked + (1.0 - mark_f) * sample_clean
         nacks = lost_bytes / p.pkt
         nack_weight = 1.0 - (1.0 - p.delay_alpha) ** nacks
         avg = s.avg_delay + weight * (sample - s.avg_delay)
@@ -272,14 +281,14 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         fast = delay_f < FAST_DELAY_S
         fi_count = jnp.where(fast, s.fi_count + acked, 0.0)
         fast_inc = fast & (fi_count > window)
-        inc = jnp.where(delay_f >= p.target, p.fi * unmarked,
-                        p.alpha * unmarked * jnp.maximum(p.target - delay_f, 0.0))
+        inc = jnp.where(delay_clean >= p.target, p.fi * unmarked,
+                        p.alpha * unmarked * jnp.maximum(p.target - delay_clean, 0.0))
         window = jnp.where(fast_inc, window + unmarked * p.fi_scale,
                            window + inc / jnp.maximum(window, p.mtu))
         window = window + p.eta * dt / p.network_rtt
         marks = s.marks + mark_f * packets
         since_dec = s.since_dec + dt
-        cut = ((marks >= 1.0) & (since_dec > base_rtt) & (delay_f >= p.target) &
+        cut = ((marks >= 1.0) & (since_dec > base_rtt) & (delay_marked >= p.target) &
                (avg > p.target))
         factor = jnp.maximum(1.0 - p.gamma * (avg - p.target) / jnp.maximum(avg, TINY), 0.5)
         window = jnp.where(cut, window * factor, window)
