@@ -13,6 +13,7 @@ from fabricjax.engine.phase import flow_hops, solve_policy_phase
 from fabricjax.fabric.build import build
 from fabricjax.scenario import parse_scenario
 from fabricjax.solver import dynamic as dyn
+from fabricjax.study.analyze import analyze
 from fabricjax.workload.build import build_workload
 from fabricjax.workload.flows import Flows
 
@@ -303,3 +304,13 @@ def test_base_rtt_is_htsims():
     rtt = float(base_rtt_s(sc, 6))
     assert abs(rtt - 14.02752e-6) < 1e-11
     assert int(np.ceil(rtt * 12.5e9 / 4160)) * 4160 == 178_880
+
+
+def test_analyze_takes_flow_figures_from_the_dynamic_level():
+    sc = scenario(gpus=32, planes=2, radix=8, size="1MiB", placement="hashed",
+                  solver={"model": "dynamic"})
+    fabric, flows, stream = permutation(sc)
+    report = analyze(sc)
+    for record in report.records:
+        out = solve_dynamic_phase(record.policy, sc, fabric, flows, stream)
+        np.testing.assert_allclose(record.fct_max_s, out.fct_s.max(), rtol=1e-5)
