@@ -177,6 +177,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         rate = np.minimum(unc, R / (dt * np.maximum(thr, dyn.MIN_THROUGH)))
         A = np.zeros(num_links)
         per_flow = np.zeros((num_flows, num_links))
+        P2 = np.zeros(num_links)
         for f in range(num_flows):
             for k in range(num_slots):
                 reach = 1.0
@@ -184,6 +185,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                     c = rate[f] * s[f, k] * reach
                     A[links[f, k, h]] += c
                     per_flow[f, links[f, k, h]] += c
+                    P2[links[f, k, h]] += c * c
                     reach *= fwd[links[f, k, h]]
         S2 = (per_flow ** 2).sum(0)
         A[~real] = 0
@@ -194,10 +196,12 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         dep = np.where(real, Q + A * dt - over - Qn, 0.0)
         link_bytes += dep
         fwd = np.where(real & (A > 0), dep / np.maximum(A * dt, 1e-30), 1.0)
-        merging = multiplexed * (1 - S2 / np.maximum(A * A, 1e-30))
+        A2 = np.maximum(A * A, 1e-30)
+        merging = multiplexed * (1 - S2 / A2)
+        others = A2 / np.maximum(P2, 1e-30) - 1
         rho = np.clip(A / capacity, 0, dyn.RHO_MAX)
-        wait = np.where(real, merging * dyn.PACKET_QUEUEING * p["pkt"] / capacity * rho /
-                        (2 * (1 - rho)), 0.0)
+        md1 = dyn.PACKET_QUEUEING * p["pkt"] / capacity * rho / (2 * (1 - rho))
+        wait = np.where(real, merging * np.minimum(md1, others * p["pkt"] / capacity), 0.0)
         ok = np.zeros(num_flows)
         lost = np.zeros(num_flows)
         for f in range(num_flows):

@@ -179,6 +179,14 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         share = live / np.maximum(live.sum(1, keepdims=True), 1)
     else:
         share = np.asarray(static.weights, np.float64)
+    # a flow of n packets cycles through its first n EVs only (packets are whole): fewer
+    # slots than its share spreads over, e.g. 32 of 128 EVs for 128 KiB
+    packets = np.ceil(flows.size / scenario.transport.mtu_bytes)
+    first = np.arange(num_slots)[None, :] < packets[:, None]
+    if np.any(~first):
+        share = np.where(first, share, 0.0)
+        live = live & first
+        share = share / np.maximum(share.sum(1, keepdims=True), 1e-30)
     carried = 1.0 if static.carried is None else np.asarray(static.carried)
 
     cfg = scenario.transport

@@ -18,11 +18,13 @@ One step:
 3. Q += (A - C) dt clipped to [0, B]: what overflows is trimmed (`pass` < 1), the slot's
    trimmed bytes stay in R and are sent again (over the slots as the shares say). Where
    several flows merge, packets also wait as in an M/D/1 queue at the link's utilisation
-   (capped at RHO_MAX), scaled by 1 - the flows' Herfindahl index of its arrivals (none for
-   one flow's paced packets, nor on a NIC's own port): the queueing a fluid misses below
-   full load, which htsim's sprayed packets meet (bench/fidelity);
+   (capped at RHO_MAX), never more than n - 1 packets for n merging paths (n = 1 / the
+   paths' Herfindahl index of its arrivals), scaled by 1 - the flows' Herfindahl index (none
+   for one flow's packets, nor on a NIC's own port): the queueing a fluid misses around full
+   load, which htsim's sprayed packets meet (bench/fidelity);
 4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
-   fraction where it does, plus the queueing delay its last byte meets;
+   fraction where it does, plus the queueing delay of the slowest slot it uses (its last
+   packets are on every slot);
 5. the window follows NSCC (below), and the policy reacts: `recycle` (MRC/REPS) moves, per
    RTT, the share of every slot whose packets came back marked or trimmed onto the flow's live
    slots uniformly (a fresh EV), keeping the clean ones; `fixed` (ECMP's QPs, spraying's EV
@@ -66,7 +68,7 @@ LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
 NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
 QUICK_ADAPT = True
 PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
-RHO_MAX = 0.95         # the utilisation at which that wait stops growing (10 packets)
+RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
 
 
 class DynamicParams(NamedTuple):
@@ -227,11 +229,15 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         flat = links.reshape(-1)
         arrive = jax.ops.segment_sum(contrib, flat, num_segments=num_links)
         arrive = jnp.where(real, arrive, 0.0)
-        # packets meet at random only where several flows merge: 1 - the flows' Herfindahl
-        # index of the arrivals (0 for one flow, 1 - 1/n for n equal ones)
+        # packets meet at random only where several flows merge (1 - the flows' Herfindahl
+        # index of the arrivals: 0 for one flow), and n paced paths queue at most n - 1
+        # packets ahead of one (n*D/D/1; n = 1 / the paths' Herfindahl index)
         per_pair = jax.ops.segment_sum(contrib, pair.reshape(-1), num_segments=num_pairs)
-        squares = jax.ops.segment_sum(per_pair * per_pair, pair_link, num_segments=num_links)
-        merging = multiplexed * (1.0 - squares / jnp.maximum(arrive * arrive, TINY))
+        flow_sq = jax.ops.segment_sum(per_pair * per_pair, pair_link, num_segments=num_links)
+        path_sq = jax.ops.segment_sum(contrib * contrib, flat, num_segments=num_links)
+        arrive_sq = jnp.maximum(arrive * arrive, TINY)
+        merging = multiplexed * (1.0 - flow_sq / arrive_sq)
+        others = arrive_sq / jnp.maximum(path_sq, TINY) - 1.0
         level = s.queue + arrive * dt - jnp.where(finite_cap, cap_dt, 0.0)
         over = jnp.maximum(level - buffer, 0.0)
         queue = jnp.where(real, jnp.clip(level, 0.0, buffer), 0.0)
@@ -254,8 +260,11 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         frac = jnp.where(done_now, jnp.minimum(s.remaining / jnp.maximum(got, TINY), 1.0), 1.0)
         gone = jnp.where(done_now, s.remaining, jnp.minimum(ok_bytes, s.remaining))
         remaining = jnp.where(done_now, 0.0, s.remaining - gone)
-        wait = jnp.where(real, merging * packet_wait(arrive, capacity, p.pkt), 0.0)
-        now_delay = (s.share * (queue / capacity + wait)[links].sum(-1)).sum(1)
+        wait = jnp.where(real, merging * jnp.minimum(packet_wait(arrive, capacity, p.pkt),
+                                                     others * p.pkt / capacity), 0.0)
+        # the last byte is in whichever used slot's queue drains last
+        now_delay = jnp.max(jnp.where(s.share > 0, (queue / capacity + wait)[links].sum(-1),
+                                      0.0), axis=1)
         finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
         # ---- NSCC on what came back this step
         acked = gone
