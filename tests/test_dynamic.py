@@ -201,7 +201,8 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         others = A2 / np.maximum(P2, 1e-30) - 1
         rho = np.clip(A / capacity, 0, dyn.RHO_MAX)
         md1 = dyn.PACKET_QUEUEING * p["pkt"] / capacity * rho / (2 * (1 - rho))
-        wait = np.where(real, merging * np.minimum(md1, others * p["pkt"] / capacity), 0.0)
+        wait = np.where(real & (Qn <= 0), merging * np.minimum(md1, others * p["pkt"] / capacity),
+                        0.0)
         ok = np.zeros(num_flows)
         lost = np.zeros(num_flows)
         for f in range(num_flows):

@@ -260,8 +260,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         frac = jnp.where(done_now, jnp.minimum(s.remaining / jnp.maximum(got, TINY), 1.0), 1.0)
         gone = jnp.where(done_now, s.remaining, jnp.minimum(ok_bytes, s.remaining))
         remaining = jnp.where(done_now, 0.0, s.remaining - gone)
-        wait = jnp.where(real, merging * jnp.minimum(packet_wait(arrive, capacity, p.pkt),
-                                                     others * p.pkt / capacity), 0.0)
+        # where the fluid queue holds bytes it is the queue: no packet wait on top of it
+        wait = jnp.where(real & (queue <= 0.0),
+                         merging * jnp.minimum(packet_wait(arrive, capacity, p.pkt),
+                                               others * p.pkt / capacity), 0.0)
         # the last byte is in whichever used slot's queue drains last
         now_delay = jnp.max(jnp.where(s.share > 0, (queue / capacity + wait)[links].sum(-1),
                                       0.0), axis=1)
