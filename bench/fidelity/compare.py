@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fidelity/compare.py            # every case with committed results
     .venv/bin/python bench/fidelity/compare.py --case ft128_1os_perm2MB --seeds 1
+    .venv/bin/python bench/fidelity/compare.py --model dynamic --seeds 1   # one level only
 
 `make bench-fidelity` runs it. It needs no htsim: the packet-level side is the per-flow FCTs
 committed in `results/<case>_<policy>_s<seed>.csv.gz` (written by `run_htsim.sh` from the
@@ -10,6 +11,11 @@ it builds htsim's topology as a fabricjax edge list (`fabric.kind: graph`: the s
 switches, links, speeds), imports the same connection matrix (`traffic`, htsim format) and
 runs fabricjax with one set of settings for all cases (`SETTINGS`: the product's defaults,
 hashed EVs as htsim's switches hash them, the progressive simulation for per-flow FCTs).
+
+Levels (`--model`, default both, one row each): `static` runs `analyze` (max-min rates, the
+progressive simulation for per-flow FCTs); `dynamic` runs `engine.dynamic.solve_dynamic_phase`
+(the fluid model in time steps) on the same scenario, fabric, flows and slots, with its one
+set of defaults (engine.dynamic, solver.dynamic).
 
 Policies: htsim `-paths 1` (one entropy per connection) against ecmp; `oblivious` with 128 EVs
 against spray; `reps` and `bitmap` with 128 EVs against mrc. Figures are inverted-CDF
