@@ -4,6 +4,7 @@ steps against a slow numpy reference written from the module's contract."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -119,7 +120,7 @@ def test_memory_refused_with_advice():
 # --------------------------------------------------------------------------- slow reference
 
 def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
-              buffer, kmin, kmax, multiplexed, p, *, recycle, lag, steps):
+              buffer, kmin, kmax, multiplexed, p, *, recycle, lag, steps, p_seed=11):
     """The module's step, flow by flow and hop by hop in float64 numpy loops."""
     num_flows, num_slots, hops = links.shape
     num_links = capacity.size
@@ -153,6 +154,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
     trimmed = np.zeros(num_flows)
     link_bytes = np.zeros(num_links)
     dt = p["dt"]
+    key = jax.random.key(p_seed)
     for step in range(steps):
         now = step * dt
         seen = hist[(step + 1) % (lag + 1)]
@@ -235,7 +237,8 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                        p["alpha"] * unm * np.maximum(p["target"] - d_clean, 0))
         Wn = np.where(finc, W + unm * p["fi_scale"], W + inc / np.maximum(W, p["mtu"]))
         Wn = Wn + p["eta"] * dt / p["network_rtt"]
-        marks = marks + mark * pk
+        hit = np.asarray(jax.random.uniform(jax.random.fold_in(key, step), (num_flows,)))
+        marks = marks + np.where(hit < 1 - (1 - mark) ** pk, 1.0, 0.0)
         since = since + dt
         cut = (marks >= 1) & (since > base_rtt) & (d_mark >= p["target"]) & (avg > p["target"])
         factor = np.maximum(1 - p["gamma"] * (avg - p["target"]) / np.maximum(avg, 1e-30), .5)
@@ -286,7 +289,8 @@ def test_a_few_steps_match_the_numpy_reference(recycle):
              fi_scale=0.2, gamma=0.8, delay_alpha=0.0125)
     steps, lag = 30, 2
     params = dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
-                               max_steps=np.int32(steps), stride=np.int32(1))
+                               max_steps=np.int32(steps), stride=np.int32(1),
+                               seed=np.int32(11))
     f32 = np.float32
     out = dyn.simulate_dynamic(links, share.astype(f32), live, size.astype(f32),
                                start.astype(f32), src, nic.astype(f32), gpus, base.astype(f32),

@@ -231,7 +231,8 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         dt=dt, pkt=float(pkt), mtu=float(pkt), target=target, network_rtt=network_rtt,
         alpha=4.0 * mss * scale_a * scale_b / target, fi=5.0 * mss * scale_a,
         eta=0.15 * mss * scale_a, fi_scale=0.25 * scale_a, gamma=0.8, delay_alpha=0.0125,
-        max_steps=max_steps, stride=stride)
+        max_steps=max_steps, stride=stride,
+        seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31)
     f32 = np.float32
     ext = lambda a, fill: np.r_[a, fill].astype(f32)   # noqa: E731 - the sentinel's value
     args = jax.device_put((
@@ -239,7 +240,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         flows.src.astype(np.int32), nic.astype(f32), base.astype(f32),
         max_window.astype(f32), ext(capacity, np.inf), ext(buffer, np.inf),
         ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0), pair, pair_link,
-        DynamicParams(*(np.int32(v) if name in ("max_steps", "stride") else f32(v)
+        DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
                         for name, v in zip(DynamicParams._fields, params)))))
     out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:],
                               recycle=policy.feedback == "recycle", lag=lag))

@@ -75,7 +75,7 @@ class DynamicParams(NamedTuple):
     """Traced settings of one run (float32 scalars unless noted): dt (s); pkt wire bytes per
     packet; mtu (bytes, the smallest window); target (s, target queueing delay); network_rtt
     (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha (no unit); max_steps,
-    stride (int32: steps between time-series records)."""
+    stride (int32: steps between time-series records); seed (int32: the marks' draws)."""
 
     dt: jax.Array
     pkt: jax.Array
@@ -90,6 +90,7 @@ class DynamicParams(NamedTuple):
     delay_alpha: jax.Array
     max_steps: jax.Array
     stride: jax.Array
+    seed: jax.Array
 
 
 class Dynamic(NamedTuple):
@@ -182,6 +183,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     num_pairs = pair_link.shape[0]
     p = params
     dt = p.dt
+    key = jax.random.key(p.seed)
     cap_dt = capacity * dt
     live_f = live.astype(jnp.float32)
     n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
@@ -297,7 +299,12 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         window = jnp.where(fast_inc, window + unmarked * p.fi_scale,
                            window + inc / jnp.maximum(window, p.mtu))
         window = window + p.eta * dt / p.network_rtt
-        marks = s.marks + mark_f * packets
+        # whether a marked ACK came back this step: marks fall on packets at random, so
+        # flows sharing a bottleneck cut at different times (NSCC's unfairness, which
+        # spreads their completions) -- one draw per flow and step from the run's key
+        hit = jax.random.uniform(jax.random.fold_in(key, s.step), (num_flows,))
+        marked_ack = hit < 1.0 - (1.0 - mark_f) ** packets
+        marks = s.marks + jnp.where(marked_ack, 1.0, 0.0)
         since_dec = s.since_dec + dt
         cut = ((marks >= 1.0) & (since_dec > base_rtt) & (delay_marked >= p.target) &
                (avg > p.target))
