@@ -166,7 +166,11 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     if static is None:
         static = solve_policy_phase(policy, scenario, fabric, flows, stream, alive=alive,
                                     slots=slots)
-    links = slot_links(fabric, flows, slots.plane, np.asarray(static.choice), static.pool)
+    recycle = policy.feedback == "recycle"
+    # a recycling policy starts from its initial EVs (spraying's draw), not from the static
+    # level's fixed point; a fixed one keeps the static choice (ECMP re-hashed after failures)
+    choice = slots.choice if recycle else np.asarray(static.choice)
+    links = slot_links(fabric, flows, slots.plane, choice, static.pool)
     num_flows, num_slots, hops = links.shape
     check_dynamic_memory(num_flows, num_slots, hops,
                          available_memory() if max_memory is None else max_memory,
@@ -175,7 +179,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     alive_mask = np.ones(num_links, bool) if alive is None else np.asarray(alive, bool)
     alive_ext = np.r_[alive_mask, True]
     live = np.all(alive_ext[links], axis=-1)
-    if policy.feedback == "recycle":
+    if recycle:
         share = live / np.maximum(live.sum(1, keepdims=True), 1)
     else:
         share = np.asarray(static.weights, np.float64)
@@ -183,6 +187,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     # slots than its share spreads over, e.g. 32 of 128 EVs for 128 KiB
     packets = np.ceil(flows.size / scenario.transport.mtu_bytes)
     first = np.arange(num_slots)[None, :] < packets[:, None]
+    first |= ~np.any(first & (share > 0), axis=1, keepdims=True)   # none live among them
     if np.any(~first):
         share = np.where(first, share, 0.0)
         live = live & first
@@ -243,7 +248,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
                         for name, v in zip(DynamicParams._fields, params)))))
     out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:],
-                              recycle=policy.feedback == "recycle", lag=lag))
+                              recycle=recycle, lag=lag))
     finish = np.asarray(out.finish, np.float64)
     fct = np.where(np.isfinite(finish), finish - start + one_way_latency_s(scenario, flow_h)
                    if cfg.enabled else finish - start, np.inf)
