@@ -408,6 +408,10 @@ class SolverConfig(Strict):
     aggregate: Literal["auto", "always", "never"] = Field("auto", description=(
         "Solve uniform phases (all-to-all) as (source T0, destination T0) classes; auto: when "
         "flow by flow would not fit (more than 2^25 flow-path pairs)."))
+    model: Literal["static", "dynamic"] = Field("static", description=(
+        "static: the settled max-min rates (and the progressive simulation); dynamic: a fluid "
+        "model in time steps of a fraction of the base RTT, with queues, ECN, trimming, NSCC "
+        "windows and each policy's reaction at ACK time, for the flow completion times."))
 
 
 class TransportConfig(Strict):

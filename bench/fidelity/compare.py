@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fidelity/compare.py            # every case with committed results
     .venv/bin/python bench/fidelity/compare.py --case ft128_1os_perm2MB --seeds 1
+    .venv/bin/python bench/fidelity/compare.py --model dynamic --seeds 1   # one level only
 
 `make bench-fidelity` runs it. It needs no htsim: the packet-level side is the per-flow FCTs
 committed in `results/<case>_<policy>_s<seed>.csv.gz` (written by `run_htsim.sh` from the
@@ -10,6 +11,11 @@ it builds htsim's topology as a fabricjax edge list (`fabric.kind: graph`: the s
 switches, links, speeds), imports the same connection matrix (`traffic`, htsim format) and
 runs fabricjax with one set of settings for all cases (`SETTINGS`: the product's defaults,
 hashed EVs as htsim's switches hash them, the progressive simulation for per-flow FCTs).
+
+Levels (`--model`, default both, one row each): `static` runs `analyze` (max-min rates, the
+progressive simulation for per-flow FCTs); `dynamic` runs `engine.dynamic.solve_dynamic_phase`
+(the fluid model in time steps) on the same scenario, fabric, flows and slots, with its one
+set of defaults (engine.dynamic, solver.dynamic).
 
 Policies: htsim `-paths 1` (one entropy per connection) against ecmp; `oblivious` with 128 EVs
 against spray; `reps` and `bitmap` with 128 EVs against mrc. Figures are inverted-CDF
@@ -34,8 +40,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from fabricjax.engine.dynamic import fct_quantiles, solve_dynamic_phase  # noqa: E402
+from fabricjax.fabric.build import build  # noqa: E402
 from fabricjax.scenario import parse_scenario  # noqa: E402
 from fabricjax.study.analyze import analyze  # noqa: E402
+from fabricjax.workload.build import build_workload  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SEEDS = (1, 2, 3)
@@ -166,8 +175,8 @@ def quantiles(values: np.ndarray) -> tuple[float, float, float]:
     return float(p50), float(p99), float(values.max())
 
 
-def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
-    """{policy: (p50, p99, max, seconds)} of fabricjax on the case's matrix for `seed`."""
+def case_scenario(case: str, seed: int, workdir: Path):
+    """The case's scenario for `seed` (its edge list and matrix copied into `workdir`)."""
     topo, hosts, paths, _ = CASES[case]
     # a scenario reads files inside its own folder only: the matrix joins the edge list there
     matrix = workdir / matrix_path(case, seed).name
@@ -179,6 +188,13 @@ def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
         "workload": [{"name": case, "collective": "traffic",
                       "file": matrix.name, "format": "htsim"}],
         **SETTINGS}).located(workdir)
+    return scenario
+
+
+def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
+    """{policy: (p50, p99, max, seconds)} of fabricjax's static level on the case's matrix
+    for `seed`."""
+    scenario = case_scenario(case, seed, workdir)
     start = time.perf_counter()
     report = analyze(scenario)
     seconds = time.perf_counter() - start
@@ -191,22 +207,47 @@ def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
     return out
 
 
+def dynamic_fcts(case: str, seed: int, workdir: Path) -> dict:
+    """{policy: (p50, p99, max, seconds)} of fabricjax's dynamic level (engine.dynamic) on
+    the case's matrix for `seed`: the same scenario, fabric, flows and slots."""
+    scenario = case_scenario(case, seed, workdir)
+    fabric = build(scenario)
+    collective = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))[0]
+    flows = collective.phases[0].flows
+    out = {}
+    for policy in POLICIES:
+        start = time.perf_counter()
+        outcome = solve_dynamic_phase(policy, scenario, fabric, flows, (collective.stream, 0))
+        seconds = time.perf_counter() - start
+        if outcome.status:
+            raise SystemExit(f"{case} seed {seed}: {policy}'s dynamic run hit its step bound")
+        out[policy] = (*fct_quantiles(outcome, flows), seconds)
+    return out
+
+
+MODELS = {"static": fabricjax_fcts, "dynamic": dynamic_fcts}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", choices=sorted(CASES),
                         help="cases to run (default: every case with committed results)")
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds per case (1..3)")
+    parser.add_argument("--model", choices=[*MODELS, "both"], default="both",
+                        help="fabricjax's level: static, dynamic or both side by side")
     args = parser.parse_args()
+    models = list(MODELS) if args.model == "both" else [args.model]
     cases = args.case or list(CASES)
     seeds = SEEDS[:max(1, min(args.seeds, len(SEEDS)))]
     print(f"machine: {platform.machine()}, {platform.system()}; fabricjax against htsim "
           f"(committed per-flow FCTs); seeds {', '.join(map(str, seeds))}")
-    header = (f"{'case':<26} {'policy':<6} {'htsim run':<11} "
+    header = (f"{'case':<26} {'policy':<6} {'htsim run':<11} {'model':<7} "
               f"{'htsim p50':>9} {'p99':>8} {'max':>8}   {'fj p50':>8} {'p99':>8} {'max':>8}"
               f"   {'err p50':>7} {'p99':>7} {'max':>7}  target  within")
     print(header)
     print("-" * len(header))
-    rows = within = 0
+    rows = dict.fromkeys(models, 0)
+    within = dict.fromkeys(models, 0)
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             target = CASES[case][3]
@@ -216,7 +257,7 @@ def main() -> int:
             if not used:
                 print(f"{case:<26} (no committed htsim results)")
                 continue
-            ours = {s: fabricjax_fcts(case, s, Path(tmp)) for s in used}
+            ours = {m: {s: MODELS[m](case, s, Path(tmp)) for s in used} for m in models}
             for policy, runs in POLICIES.items():
                 for run in runs:
                     theirs = {s: htsim_fcts(case, run, s) for s in used}
@@ -224,16 +265,19 @@ def main() -> int:
                     if not common:
                         continue
                     h = np.mean([quantiles(theirs[s]) for s in common], axis=0) * 1e6
-                    f = np.mean([ours[s][policy][:3] for s in common], axis=0) * 1e6
-                    err = f / h - 1.0
-                    ok = abs(err[0]) <= target and abs(err[2]) <= target
-                    rows += 1
-                    within += ok
-                    print(f"{case:<26} {policy:<6} {run:<11} "
-                          f"{h[0]:9.1f} {h[1]:8.1f} {h[2]:8.1f}   {f[0]:8.1f} {f[1]:8.1f} "
-                          f"{f[2]:8.1f}   {err[0]:+7.1%} {err[1]:+7.1%} {err[2]:+7.1%}  "
-                          f"{target:>5.0%}   {'yes' if ok else 'NO'}")
-    print(f"FCTs in us. {within} of {rows} rows within target (median and max).")
+                    for model in models:
+                        f = np.mean([ours[model][s][policy][:3] for s in common], axis=0) * 1e6
+                        err = f / h - 1.0
+                        ok = abs(err[0]) <= target and abs(err[2]) <= target
+                        rows[model] += 1
+                        within[model] += ok
+                        print(f"{case:<26} {policy:<6} {run:<11} {model:<7} "
+                              f"{h[0]:9.1f} {h[1]:8.1f} {h[2]:8.1f}   {f[0]:8.1f} {f[1]:8.1f} "
+                              f"{f[2]:8.1f}   {err[0]:+7.1%} {err[1]:+7.1%} {err[2]:+7.1%}  "
+                              f"{target:>5.0%}   {'yes' if ok else 'NO'}")
+    for model in models:
+        print(f"FCTs in us. {model}: {within[model]} of {rows[model]} rows within target "
+              f"(median and max).")
     return 0
 
 

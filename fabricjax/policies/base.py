@@ -163,6 +163,10 @@ class Policy:
     label: str = ""
     colour: str = ""
     line_style: Any = None   # its reference line beside another's iteration trace (matplotlib)
+    # its reaction at ACK time in the dynamic level (engine.dynamic): "fixed" keeps the split
+    # `react` gives (ECMP's QPs, spraying's EV cycle); "recycle" starts from an equal split over
+    # the live slots and moves bytes off EVs that come back marked or trimmed (MRC, REPS)
+    feedback: str = "fixed"
     aggregatable: bool = False
     memory_profile: str = "split"
 

@@ -291,6 +291,7 @@ class Mrc(Policy):
 
     def check(self, scenario: Scenario) -> None:
         check_evs(self.name, self.section(scenario), scenario)
+    feedback: str = "recycle"
 
     def slots_per_flow(self, scenario: Scenario) -> int:
         return spraying_slots(self.section(scenario), scenario)

@@ -24,6 +24,7 @@ from fabricjax.core.version import __version__
 from fabricjax.config import Scenario
 from fabricjax.core.devices import device_record
 from fabricjax.core.stream import header, read_stream
+from fabricjax.engine.dynamic import with_dynamic
 from fabricjax.engine.phase import solve_policy_phase
 from fabricjax.engine.plan import check_resources, simulate_phase
 from fabricjax.fabric.build import build, summary
@@ -98,10 +99,15 @@ def analyze(scenario: Scenario, *, trace: bool = False,
             for index, phase in enumerate(collective.phases):
                 if progress is not None:
                     progress(f"{policy}: {collective.name} ({phase.name})", done, total)
-                outcomes.append(solve_policy_phase(
+                dynamic = scenario.solver.model == "dynamic"
+                outcome = solve_policy_phase(
                     policy, scenario, fabric, phase.flows, (collective.stream, index),
                     trace=trace,
-                    progressive=simulate_phase(scenario, phase.flows, policy)))
+                    progressive=not dynamic and simulate_phase(scenario, phase.flows, policy))
+                if dynamic:     # the flow-level figures from the dynamic level
+                    outcome = with_dynamic(policy, scenario, fabric, phase.flows,
+                                           (collective.stream, index), outcome)
+                outcomes.append(outcome)
                 done += 1
             baseline[(policy, item)] = outcomes
             record = collective_record(policy, collective, outcomes, fabric, scenario)

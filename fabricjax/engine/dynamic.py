@@ -1,0 +1,292 @@
+"""The dynamic level's host entry: one phase under one policy, in time (solver.dynamic).
+
+Contract. `solve_dynamic_phase` takes what the static level takes (scenario, fabric, flows, the
+workload stream) and the same slots (`engine.phase.initial_slots`, through the same routes),
+solves the static phase first (its P100, its completion, which bounds the horizon, and the
+split a non-adaptive policy keeps), decides every shape and setting on the host (dt, the
+buffers and ECN thresholds from the BDP as htsim derives them, the step bound), checks the
+memory estimate (`dynamic_memory`, refused with advice past the limit) and runs one jitted
+`solver.dynamic.simulate_dynamic`. It returns a `DynamicOutcome` of numpy arrays: per-flow
+FCTs as the static level counts them (at the sender, the last ACK back), the phase's
+completion, the time-averaged link utilisation's P100 beside the static P100, and the queue
+and throughput over time.
+
+htsim's derivations (main_uec.cpp at 40ccb05): network RTT = 2 x diameter x link latency +
+diameter x (data packet + ACK) serialisation at the port rate; BDP in packets = ceil(RTT x
+port rate / packet); queue = 1 BDP (trimming on); ECN Kmin / Kmax = ceil(0.2 / 0.8 BDP)
+packets; a degraded link scales its queue and thresholds with its speed. A policy declares its
+reaction at ACK time (`Policy.feedback`): "recycle" starts from an equal split over its live
+slots and moves bytes off marked and trimmed EVs; "fixed" keeps the static split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+
+from fabricjax.config import Scenario
+from fabricjax.core.errors import ScenarioError
+from fabricjax.core.units import format_bytes
+from fabricjax.engine.phase import PhaseOutcome, initial_slots, solve_policy_phase
+from fabricjax.engine.plan import available_memory
+from fabricjax.engine.timing import transport_latency_s
+from fabricjax.fabric.build import AnyFabric
+from fabricjax.policies import get
+from fabricjax.policies.base import Policy, Slots
+from fabricjax.solver.dynamic import RECORDS, DynamicParams, simulate_dynamic
+from fabricjax.solver.progressive import Progressive
+from fabricjax.workload.flows import Flows
+
+# One set of defaults for every case (calibrated on bench/fidelity, never per case).
+DT_RTT = 1 / 8          # a step is this share of the network's base RTT
+LAG_RTT = 0.5           # the sender sees the links' state this many base RTTs late
+HORIZON_STATIC = 12.0   # the step bound: this many static completions ...
+HORIZON_RTTS = 200.0    # ... plus this many base RTTs
+ACK_WIRE_BYTES = 64     # an ACK's size (htsim's)
+REFERENCE_BDP = 100e9 / 8 * 12e-6   # NSCC's reference: 100 Gbit/s x 12 us (bytes)
+BYTES_PER_ENTRY = 64    # device bytes per (flow, slot, hop) entry: ids, gathers, the scatter
+BYTES_PER_SLOT = 48     # per (flow, slot): shares, rates, signals
+COMPILED_BYTES = 200 * 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicOutcome:
+    """One phase under the dynamic level (host numpy).
+
+    fct_s: float64[F] flow completion times (s, at the sender: the last byte's ACK back),
+    inf for a flow that did not finish. completion_s: the phase's end at the receivers (the
+    last byte of the slowest flow). p100_time_avg / p100_static: the busiest link's
+    utilisation averaged over the phase, and the static level's P100. delivered_bytes,
+    size_bytes: float64[F] wire bytes. max_fill: the largest queue / buffer any link reached.
+    series: float64[T, 4] (time s, largest queue fill, throughput Gbit/s, flows sending).
+    steps, dt_s, status (core.status.Status flags) and the static level's outcome."""
+
+    fct_s: np.ndarray
+    completion_s: float
+    p100_time_avg: float
+    p100_static: float
+    delivered_bytes: np.ndarray
+    size_bytes: np.ndarray
+    trimmed_bytes: np.ndarray
+    max_fill: float
+    link_fill: np.ndarray
+    series: np.ndarray
+    steps: int
+    dt_s: float
+    status: int
+    static: object
+
+
+def packet_bytes(scenario: Scenario) -> int:
+    """Wire bytes of a full data packet."""
+    cfg = scenario.transport
+    return cfg.mtu_bytes + cfg.header_bytes
+
+
+def base_rtt_s(scenario: Scenario, hops) -> np.ndarray:
+    """htsim's unloaded RTT over `hops` links: propagation both ways plus a data packet's and
+    an ACK's serialisation at every hop (port rate)."""
+    cfg = scenario.transport
+    hops = np.asarray(hops, np.float64)
+    serial = (packet_bytes(scenario) + ACK_WIRE_BYTES) * 8e-9 / scenario.fabric.port_gbps
+    return hops * (2e-6 * cfg.link_latency_us + serial)
+
+
+def dynamic_memory(num_flows: int, slots: int, hops: int) -> int:
+    """Estimated peak device bytes of one dynamic run."""
+    return (num_flows * slots * (hops * BYTES_PER_ENTRY + BYTES_PER_SLOT) + COMPILED_BYTES)
+
+
+def check_dynamic_memory(num_flows: int, slots: int, hops: int, limit: int | None,
+                         policy: Policy, scenario: Scenario) -> int:
+    """The estimate, or a ScenarioError naming what would fit when it exceeds `limit`."""
+    need = dynamic_memory(num_flows, slots, hops)
+    if limit is None or need <= limit:
+        return need
+    field = policy.path_field(scenario)
+    fit = max((limit - COMPILED_BYTES) // max(num_flows * (hops * BYTES_PER_ENTRY +
+                                                          BYTES_PER_SLOT), 1), 0)
+    advice = (f"{field[0]}.{field[1]} <= {fit}" if field is not None and fit >= 1
+              else "fewer flows (fabric.gpus, workload[].gpus)")
+    raise ScenarioError(
+        "solver.model", f"the dynamic level needs about {format_bytes(need)} for "
+        f"{num_flows:,} flows x {slots} slots x {hops} hops under '{policy.name}', more than "
+        f"the {format_bytes(limit)} available; would fit: {advice}, or solver.model: static")
+
+
+def flow_link_pairs(links: np.ndarray, num_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pair int32[F, K, H], pair_link int32[P]): every (flow, slot, hop) entry's index among
+    the distinct (flow, link) pairs, and each pair's link (the solver sums a flow's slots per
+    link with them)."""
+    key = np.arange(links.shape[0], dtype=np.int64)[:, None, None] * (num_links + 1) + links
+    unique, pair = np.unique(key.reshape(-1), return_inverse=True)
+    return (pair.reshape(links.shape).astype(np.int32),
+            (unique % (num_links + 1)).astype(np.int32))
+
+
+_run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "recycle", "lag"))
+
+
+def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
+                        flows: Flows, stream: tuple[int, int], *,
+                        alive: np.ndarray | None = None, slots: Slots | None = None,
+                        max_memory: int | None = None,
+                        static: PhaseOutcome | None = None) -> DynamicOutcome:
+    """Solve one phase under `policy` in time (see the module). `alive`: bool[L] (None:
+    every link alive). `max_memory`: bytes (None: what the machine has available).
+    `static`: the static level's outcome of the same phase and slots, if already solved."""
+    policy = get(policy) if isinstance(policy, str) else policy
+    if slots is None:
+        slots = initial_slots(policy, scenario, fabric, flows, stream)
+    if static is None:
+        static = solve_policy_phase(policy, scenario, fabric, flows, stream, alive=alive,
+                                    slots=slots)
+    recycle = policy.feedback == "recycle"
+    # a recycling policy starts from its initial EVs (spraying's draw), not from the static
+    # level's fixed point; a fixed one keeps the static choice (ECMP re-hashed after failures)
+    split = static.split
+    choice = slots.choice if recycle else np.asarray(split.choice)
+    links = fabric.slot_links(flows.src, flows.dst, slots.plane, choice,
+                              split.pool).astype(np.int32)
+    num_flows, num_slots, hops = links.shape
+    check_dynamic_memory(num_flows, num_slots, hops,
+                         available_memory() if max_memory is None else max_memory,
+                         policy, scenario)
+    num_links = fabric.num_links
+    alive_mask = np.ones(num_links, bool) if alive is None else np.asarray(alive, bool)
+    alive_ext = np.r_[alive_mask, True]
+    live = np.all(alive_ext[links], axis=-1)
+    if recycle:
+        share = live / np.maximum(live.sum(1, keepdims=True), 1)
+    else:
+        share = np.asarray(split.weights, np.float64)
+    # a flow of n packets cycles through its first n EVs only (packets are whole): fewer
+    # slots than its share spreads over, e.g. 32 of 128 EVs for 128 KiB
+    packets = np.ceil(flows.size / scenario.transport.mtu_bytes)
+    first = np.arange(num_slots)[None, :] < packets[:, None]
+    first |= ~np.any(first & (share > 0), axis=1, keepdims=True)   # none live among them
+    if np.any(~first):
+        share = np.where(first, share, 0.0)
+        live = live & first
+        share = share / np.maximum(share.sum(1, keepdims=True), 1e-30)
+    carried = np.asarray(split.carried, np.float64)
+
+    cfg = scenario.transport
+    pkt = packet_bytes(scenario)
+    wire = pkt / cfg.mtu_bytes
+    size = flows.size.astype(np.float64) * wire * carried
+    flow_h = fabric.flow_hops(flows.src, flows.dst)
+    diameter = int(flow_h.max(initial=1))
+    network_rtt = float(base_rtt_s(scenario, diameter))
+    port = scenario.fabric.port_gbps * 1e9 / 8
+    nic = np.asarray(fabric.gpu_nic_gbps, np.float64) * 1e9 / 8
+    flow_nic = nic[flows.src]
+    base = base_rtt_s(scenario, flow_h)
+    max_window = 1.5 * base * flow_nic
+    # queues and ECN thresholds from the BDP in packets at the port rate, scaled by speed
+    bdp_pkts = math.ceil(network_rtt * port / pkt)
+    capacity = np.where(alive_mask, fabric.capacity.astype(np.float64) * 1e9 / 8, 1.0)
+    speed = capacity / port
+    buffer = bdp_pkts * pkt * speed
+    kmin = math.ceil(0.2 * bdp_pkts) * pkt * speed
+    kmax = math.ceil(0.8 * bdp_pkts) * pkt * speed
+    # a NIC paces its own port: packets meet at random from the first switch on
+    host_up = fabric.layout_bounds[0]
+    multiplexed = np.ones(num_links)
+    multiplexed[host_up[0]:host_up[1]] = 0.0
+    pair, pair_link = flow_link_pairs(links, num_links)
+    # NSCC's constants (solver.dynamic), scaled by the network BDP at the NIC rate
+    mss = cfg.mtu_bytes
+    scale_a = network_rtt * float(np.median(nic)) / REFERENCE_BDP
+    target = 0.75 * network_rtt
+    scale_b = target / 12e-6
+    dt = network_rtt * DT_RTT
+    lag = max(int(round(LAG_RTT / DT_RTT)), 0)
+    static_s = static.fabric_end_s          # the static level's end, on the wire
+    # start times relative to the phase's first start (the device sees no absolute clock)
+    start = np.zeros(num_flows)
+    if flows.start is not None:
+        begin = np.asarray(flows.start, np.float64)
+        start = begin - (begin[flows.size > 0].min() if np.any(flows.size > 0) else begin.min())
+    horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + float(start.max(
+        initial=0.0))
+    max_steps = int(min(math.ceil(horizon / dt), 2**24))
+    stride = max(math.ceil(max_steps / RECORDS), 1)
+    params = DynamicParams(
+        dt=dt, pkt=float(pkt), mtu=float(pkt), target=target, network_rtt=network_rtt,
+        alpha=4.0 * mss * scale_a * scale_b / target, fi=5.0 * mss * scale_a,
+        eta=0.15 * mss * scale_a, fi_scale=0.25 * scale_a, gamma=0.8, delay_alpha=0.0125,
+        max_steps=max_steps, stride=stride,
+        seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31)
+    f32 = np.float32
+    ext = lambda a, fill: np.r_[a, fill].astype(f32)   # noqa: E731 - the sentinel's value
+    args = jax.device_put((
+        links, share.astype(f32), live, size.astype(f32), start.astype(f32),
+        flows.src.astype(np.int32), nic.astype(f32), base.astype(f32),
+        max_window.astype(f32), ext(capacity, np.inf), ext(buffer, np.inf),
+        ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0), pair, pair_link,
+        DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
+                        for name, v in zip(DynamicParams._fields, params)))))
+    out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:],
+                              recycle=recycle, lag=lag))
+    finish = np.asarray(out.finish, np.float64)
+    # FCT at the sender: its last byte acknowledged (0 extra with the transport off)
+    fct = np.where(np.isfinite(finish),
+                   finish - start + transport_latency_s(scenario, flow_h, acknowledged=True),
+                   np.inf)
+    sending = flows.size > 0
+    end = float(np.max(np.where(sending, finish, 0.0), initial=0.0))
+    span = max(end, dt)
+    util = np.asarray(out.link_bytes, np.float64) / (capacity * span)
+    p100 = float(np.max(np.where(alive_mask, util, 0.0), initial=0.0))
+    steps = int(out.steps)
+    used = min(RECORDS, steps // stride + 1)
+    series = np.asarray(out.series, np.float64)[:used]
+    times = (np.arange(used) + 1) * stride * dt
+    series = np.column_stack([times, series[:, 0], series[:, 1] * 8e-9, series[:, 2]])
+    return DynamicOutcome(
+        fct_s=fct, completion_s=end, p100_time_avg=p100,
+        p100_static=float(static.result.stats[0, 2]),
+        delivered_bytes=np.asarray(out.delivered, np.float64), size_bytes=size,
+        trimmed_bytes=np.asarray(out.trimmed, np.float64),
+        max_fill=float(np.max(out.max_fill, initial=0.0)),
+        link_fill=np.asarray(out.max_fill, np.float64), series=series, steps=steps,
+        dt_s=dt, status=int(out.status), static=static)
+
+
+def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, float]:
+    """Inverted-CDF P50, P99 and max of the sending flows' FCTs (s)."""
+    values = outcome.fct_s[flows.size > 0]
+    p50, p99 = np.quantile(values, [0.5, 0.99], method="inverted_cdf")
+    return float(p50), float(p99), float(values.max())
+
+
+def with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+                 stream: tuple[int, int], outcome: PhaseOutcome) -> PhaseOutcome:
+    """The static outcome of a phase with its flow-level figures from the dynamic level: its
+    `progressive` holds the dynamic finish times, written so that the metrics' FCT rule
+    (time on the fabric x the headers' factor + latency and the ACK back) gives the dynamic
+    FCTs. A phase solved as classes (no per-flow slots) keeps the static figures."""
+    if outcome.split is None or flows.num_flows == 0:
+        return outcome
+    policy = get(policy) if isinstance(policy, str) else policy
+    slots = initial_slots(policy, scenario, fabric, flows, stream)
+    out = solve_dynamic_phase(policy, scenario, fabric, flows, stream, slots=slots,
+                              static=outcome)
+    hops = fabric.flow_hops(flows.src, flows.dst)
+    latency = transport_latency_s(scenario, hops, acknowledged=True)
+    # the metrics' FCT rule is the time on the fabric (wire bytes) plus the latency there and
+    # the ACK's way back: the dynamic FCT with its one-way latency taken out
+    duration = out.fct_s - latency
+    start = np.zeros(flows.num_flows)
+    if flows.start is not None:
+        begin = np.asarray(flows.start, np.float64)
+        start = begin - (begin[flows.size > 0].min() if np.any(flows.size > 0) else begin.min())
+    progressive = Progressive(finish=(start + duration).astype(np.float32),
+                              duration=duration.astype(np.float32),
+                              events=np.int32(out.steps), rounds=np.int32(0),
+                              status=np.int32(out.status))
+    return dataclasses.replace(outcome, progressive=progressive)

@@ -1,0 +1,357 @@
+"""The dynamic level: a fluid model of one phase advanced in fixed time steps, on the device.
+
+Contract. `simulate_dynamic` runs one bounded `lax.while_loop` of steps of `dt` seconds over F
+flows x K slots x H hops (link ids `links` int32[F, K, H], padded with the sentinel L), every
+shape fixed by the host. State: per flow the remaining wire bytes R, the congestion window W
+(bytes) and NSCC's bookkeeping; per slot the flow's share s (sums to 1 over its live slots);
+per link the queue Q (bytes) with capacity C, buffer B and ECN thresholds Kmin < Kmax (bytes).
+One step:
+
+1. the path signals of every slot, as the sender sees them `lag` steps late (ACKs come
+   back): queueing delay (sum of Q/C plus the packet wait below), mark probability (RED
+   between Kmin and Kmax on the queue plus the packets waiting, one draw per hop) and the
+   share of its bytes trimmed;
+2. rate r = min(W / RTT, NIC) with RTT = base RTT + the slots' mean queueing delay, the NIC
+   shared by its GPU's flows in proportion (its per-packet round robin), never more than R;
+   each slot carries r s; a hop receives what the hops before it forwarded in the last step
+   (their departures: a queue's output is its capacity, shared by what arrived);
+3. Q += (A - C) dt clipped to [0, B]: what overflows is trimmed (`pass` < 1), the slot's
+   trimmed bytes stay in R and are sent again (over the slots as the shares say). Where
+   several flows merge, packets also wait as in an M/D/1 queue at the link's utilisation
+   (capped at RHO_MAX), never more than n - 1 packets for n merging paths (n = 1 / the
+   paths' Herfindahl index of its arrivals), scaled by 1 - the flows' Herfindahl index (none
+   for one flow's packets, nor on a NIC's own port): the queueing a fluid misses around full
+   load, which htsim's sprayed packets meet (bench/fidelity);
+4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
+   fraction where it does, plus the queueing delay of the slowest slot it uses (its last
+   packets are on every slot);
+5. the window follows NSCC (below), and the policy reacts: `recycle` (MRC/REPS) moves, per
+   RTT, the share of every slot whose packets came back marked or trimmed onto the flow's live
+   slots uniformly (a fresh EV), keeping the clean ones; `fixed` (ECMP's QPs, spraying's EV
+   cycle) keeps its shares, trimmed bytes resent over all of them.
+
+NSCC, as htsim's `uec.cpp` (github.com/ultraethernet/uet-htsim at 40ccb05,
+`UecSrc::initNsccParams`, `updateCwndOnAck_NSCC`, `updateCwndOnNack_NSCC`, `quick_adapt`,
+`update_delay`) implements the UEC specification's sender-based congestion control, with its
+constants: reference BDP 100 Gbit/s x 12 us; a = network BDP / reference BDP; target
+queueing delay 0.75 network RTT (trimming on); b = target / 12 us; per unmarked ACKed byte a
+window increase of fi = 5 MSS a ("fair", when the delay >= target) or alpha (target - delay)
+with alpha = 4 MSS a b / target ("proportional"), or fast increase 0.25 a per byte once a
+full window came back with less than 1 us of delay; all applied as inc / W; eta = 0.15 MSS a
+per network RTT; a marked ACK with delay >= target and the average delay above target cuts W
+by max(1 - 0.8 (avg - target) / avg, 0.5) at most once per base RTT; the delay average is an
+EWMA of weight 0.0125 per ACK (an ACK per 16 KiB, and one per marked packet) whose unmarked
+samples above target count as a quarter base RTT; a NACK (trim) removes its bytes from W and
+triggers quick adapt (W = bytes ACKed in the last base RTT + target, when below maxwnd / 8);
+W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top. The
+delays compared with the target are those of the marked and of the unmarked ACKs apart
+(share-weighted over the slots), as each ACK carries its own path's delay.
+
+Units: bytes, seconds, bytes per second (the host converts Gbit/s). Returns `Dynamic`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fabricjax.core.status import Status
+
+RECORDS = 256           # time-series points (the host sets the stride)
+ACK_BYTES = 16384.0     # an ACK per 16 KiB of new data (htsim's receiver) unless marked
+FAST_DELAY_S = 1e-6     # htsim's fast increase: delay under 1 us for a whole window
+TINY = 1e-30
+MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
+LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
+NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
+QUICK_ADAPT = True
+PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
+RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
+
+
+class DynamicParams(NamedTuple):
+    """Traced settings of one run (float32 scalars unless noted): dt (s); pkt wire bytes per
+    packet; mtu (bytes, the smallest window); target (s, target queueing delay); network_rtt
+    (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha (no unit); max_steps,
+    stride (int32: steps between time-series records); seed (int32: the marks' draws)."""
+
+    dt: jax.Array
+    pkt: jax.Array
+    mtu: jax.Array
+    target: jax.Array
+    network_rtt: jax.Array
+    alpha: jax.Array
+    fi: jax.Array
+    eta: jax.Array
+    fi_scale: jax.Array
+    gamma: jax.Array
+    delay_alpha: jax.Array
+    max_steps: jax.Array
+    stride: jax.Array
+    seed: jax.Array
+
+
+class Dynamic(NamedTuple):
+    """One phase under the dynamic level (device arrays).
+
+    finish: float32[F] seconds from the phase start when the last byte reaches the receiver
+    (its queueing delay included; propagation is the host's), inf if unfinished.
+    delivered, trimmed: float32[F] wire bytes delivered (equals the flow's bytes when it
+    finishes) and trimmed (then sent again). link_bytes: float32[L] bytes each link carried.
+    max_fill: float32[L] the largest Q / B each link reached. steps: int32. status: int32
+    Status flags (EVENT_LIMIT: `max_steps` reached with bytes left). series: float32[RECORDS, 3]
+    per record interval: the largest queue fill Q / B, the throughput (bytes/s delivered) and
+    the flows still sending."""
+
+    finish: jax.Array
+    delivered: jax.Array
+    trimmed: jax.Array
+    link_bytes: jax.Array
+    max_fill: jax.Array
+    steps: jax.Array
+    status: jax.Array
+    series: jax.Array
+
+
+class _State(NamedTuple):
+    step: jax.Array
+    remaining: jax.Array
+    window: jax.Array
+    avg_delay: jax.Array
+    fi_count: jax.Array
+    since_dec: jax.Array
+    marks: jax.Array
+    achieved: jax.Array
+    qa_clock: jax.Array
+    qa_trigger: jax.Array
+    share: jax.Array
+    queue: jax.Array
+    forward: jax.Array
+    history: jax.Array      # [lag + 1, L + 1, 3] link signals, newest at `step % (lag + 1)`
+    finish: jax.Array
+    delivered: jax.Array
+    trimmed: jax.Array
+    link_bytes: jax.Array
+    max_fill: jax.Array
+    series: jax.Array
+
+
+def packet_wait(arrive, capacity, pkt):
+    """float[L+1] s: the mean wait of a packet in an M/D/1 queue at the link's utilisation
+    (capped at RHO_MAX): the queueing that packets meet even where the fluid queue is empty."""
+    rho = jnp.clip(arrive / capacity, 0.0, RHO_MAX)
+    return PACKET_QUEUEING * pkt / capacity * rho / (2.0 * (1.0 - rho))
+
+
+def _link_signals(queue, capacity, kmin, kmax, passed, wait):
+    """float[L+1, 3]: queueing delay (s), ECN mark probability, share passed, per link
+    (`wait`: the packet-level wait on top of the fluid queue)."""
+    delay = queue / capacity + wait
+    level = queue + jnp.where(jnp.isfinite(capacity), wait * capacity, 0.0)
+    mark = jnp.clip((level - kmin) / jnp.maximum(kmax - kmin, 1.0), 0.0, 1.0)
+    return jnp.stack([delay, mark, passed], axis=-1)
+
+
+def _path(signals_at):
+    """Per slot from gathered link signals [F, K, H, 3]: (queueing delay, mark probability,
+    share passed)."""
+    delay = signals_at[..., 0].sum(-1)
+    mark = 1.0 - jnp.prod(1.0 - signals_at[..., 1], axis=-1)
+    passed = jnp.prod(signals_at[..., 2], axis=-1)
+    return delay, mark, passed
+
+
+def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
+                     max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
+                     params: DynamicParams, *,
+                     recycle: bool, lag: int) -> Dynamic:
+    """Run the phase until every flow is done or `params.max_steps` (see the module).
+
+    links int32[F, K, H] (sentinel L); share float32[F, K] initial split (0 on dead slots);
+    live bool[F, K] slots a recycling policy may move bytes to; size float32[F] wire bytes;
+    start float32[F] s; src int32[F] sending GPU; nic float32[N] bytes/s per GPU (num_gpus
+    static); base_rtt, max_window float32[F] (s, bytes); capacity, buffer, kmin, kmax
+    float32[L+1] (bytes/s, bytes; the sentinel: capacity inf, buffer inf); multiplexed
+    float32[L+1] 1 where packets of independent senders meet (0 on the NICs' own links, paced
+    by the NIC, and the sentinel); pair int32[F, K, H] the (flow, link) pair of every entry
+    and pair_link int32[P] its link (the host's np.unique). recycle, lag
+    (steps of feedback delay): static."""
+    num_flows, num_slots, hops = links.shape
+    num_links = capacity.shape[0]
+    num_pairs = pair_link.shape[0]
+    p = params
+    dt = p.dt
+    key = jax.random.key(p.seed)
+    cap_dt = capacity * dt
+    live_f = live.astype(jnp.float32)
+    n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
+    finite_cap = jnp.isfinite(capacity)
+    real = jnp.arange(num_links) < num_links - 1
+    signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links),
+                              jnp.zeros(num_links))
+    init = _State(
+        step=jnp.int32(0), remaining=size, window=max_window,
+        avg_delay=jnp.zeros(num_flows), fi_count=jnp.zeros(num_flows),
+        since_dec=jnp.full(num_flows, jnp.inf), marks=jnp.zeros(num_flows),
+        achieved=jnp.zeros(num_flows), qa_clock=base_rtt + p.target,
+        qa_trigger=jnp.zeros(num_flows, bool), share=share,
+        queue=jnp.zeros(num_links), forward=jnp.ones(num_links),
+        history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
+        finish=jnp.where(size > 0, jnp.inf, start), delivered=jnp.zeros(num_flows),
+        trimmed=jnp.zeros(num_flows), link_bytes=jnp.zeros(num_links),
+        max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)))
+
+    def cond(s: _State):
+        return (s.step < p.max_steps) & jnp.any(s.remaining > 0)
+
+    def body(s: _State) -> _State:
+        now = s.step.astype(jnp.float32) * dt
+        sending = (s.remaining > 0) & (start <= now)
+        # what the sender knows: the link signals `lag` steps ago
+        seen = s.history[(s.step + 1) % (lag + 1)]
+        seen_delay, seen_mark, seen_pass = _path(seen[links])
+        delay_f = (s.share * seen_delay).sum(1)
+        rtt = base_rtt + delay_f
+        want = jnp.where(sending, s.window / rtt, 0.0)
+        # the NIC: its GPU's flows share it in proportion (per-packet round robin)
+        offered = jax.ops.segment_sum(want, src, num_segments=num_gpus)
+        scale = jnp.minimum(1.0, nic / jnp.maximum(offered, TINY))[src]
+        # never much past what is left: the last step sends what should get through
+        through_seen = (s.share * seen_pass).sum(1)
+        uncapped = want * scale
+        rate = jnp.minimum(uncapped,
+                           s.remaining / (dt * jnp.maximum(through_seen, MIN_THROUGH)))
+        slot_rate = rate[:, None] * s.share
+        # arrivals: hop h gets what the hops before it forwarded in the last step
+        upstream = jnp.cumprod(s.forward[links], axis=-1)
+        reach = jnp.concatenate([jnp.ones_like(upstream[..., :1]), upstream[..., :-1]], -1)
+        contrib = (slot_rate[..., None] * reach).reshape(-1)
+        flat = links.reshape(-1)
+        arrive = jax.ops.segment_sum(contrib, flat, num_segments=num_links)
+        arrive = jnp.where(real, arrive, 0.0)
+        # packets meet at random only where several flows merge (1 - the flows' Herfindahl
+        # index of the arrivals: 0 for one flow), and n paced paths queue at most n - 1
+        # packets ahead of one (n*D/D/1; n = 1 / the paths' Herfindahl index)
+        per_pair = jax.ops.segment_sum(contrib, pair.reshape(-1), num_segments=num_pairs)
+        flow_sq = jax.ops.segment_sum(per_pair * per_pair, pair_link, num_segments=num_links)
+        path_sq = jax.ops.segment_sum(contrib * contrib, flat, num_segments=num_links)
+        arrive_sq = jnp.maximum(arrive * arrive, TINY)
+        merging = multiplexed * (1.0 - flow_sq / arrive_sq)
+        others = arrive_sq / jnp.maximum(path_sq, TINY) - 1.0
+        level = s.queue + arrive * dt - jnp.where(finite_cap, cap_dt, 0.0)
+        over = jnp.maximum(level - buffer, 0.0)
+        queue = jnp.where(real, jnp.clip(level, 0.0, buffer), 0.0)
+        passed = jnp.where(real & (arrive > 0),
+                           1.0 - over / jnp.maximum(arrive * dt, TINY), 1.0)
+        departed = jnp.where(real, s.queue + arrive * dt - over - queue, 0.0)
+        link_bytes = s.link_bytes + departed
+        # what a link passes on relative to what it got (above 1 while its queue drains): the
+        # next hops' arrivals are the departures, not the offered load
+        forward = jnp.where(real & (arrive > 0), departed / jnp.maximum(arrive * dt, TINY), 1.0)
+        # this step's bytes: those trimmed anywhere on their slot stay in R
+        through = jnp.prod(passed[links], axis=-1)                       # [F, K]
+        sent = slot_rate * dt
+        ok_bytes = (sent * through).sum(1)
+        lost_bytes = (sent * (1.0 - through)).sum(1)
+        # a byte's tolerance: trimmed remainders would otherwise shrink geometrically
+        done_now = sending & (ok_bytes >= s.remaining - LAST_BYTE)
+        # the share of the step the flow needed at its uncapped rate
+        got = ok_bytes * uncapped / jnp.maximum(rate, TINY)
+        frac = jnp.where(done_now, jnp.minimum(s.remaining / jnp.maximum(got, TINY), 1.0), 1.0)
+        gone = jnp.where(done_now, s.remaining, jnp.minimum(ok_bytes, s.remaining))
+        remaining = jnp.where(done_now, 0.0, s.remaining - gone)
+        # where the fluid queue holds bytes it is the queue: no packet wait on top of it
+        wait = jnp.where(real & (queue <= 0.0),
+                         merging * jnp.minimum(packet_wait(arrive, capacity, p.pkt),
+                                               others * p.pkt / capacity), 0.0)
+        # the last byte is in whichever used slot's queue drains last
+        now_delay = jnp.max(jnp.where(s.share > 0, (queue / capacity + wait)[links].sum(-1),
+                                      0.0), axis=1)
+        finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
+        # ---- NSCC on what came back this step
+        acked = gone
+        clean = s.share * seen_pass
+        marked_w = clean * seen_mark
+        unmarked_w = clean - marked_w
+        mark_f = marked_w.sum(1) / jnp.maximum(clean.sum(1), TINY)
+        # the delay samples of the marked and of the unmarked ACKs (per slot, not the mean:
+        # an EV on a slow path cuts the window when its marked ACK comes back late)
+        delay_marked = (marked_w * seen_delay).sum(1) / jnp.maximum(marked_w.sum(1), TINY)
+        delay_clean = (unmarked_w * seen_delay).sum(1) / jnp.maximum(unmarked_w.sum(1), TINY)
+        unmarked = acked * (1.0 - mark_f)
+        packets = acked / p.pkt
+        acks = unmarked / ACK_BYTES + mark_f * packets
+        weight = 1.0 - (1.0 - p.delay_alpha) ** acks
+        sample_clean = jnp.where(delay_clean > p.target, 0.25 * base_rtt, delay_clean)
+        sample = mark_f * delay_marked + (1.0 - mark_f) * sample_clean
+        nacks = lost_bytes / p.pkt
+        nack_weight = 1.0 - (1.0 - p.delay_alpha) ** nacks
+        avg = s.avg_delay + weight * (sample - s.avg_delay)
+        avg = avg + nack_weight * (p.network_rtt - avg)
+        window = s.window
+        fast = delay_f < FAST_DELAY_S
+        fi_count = jnp.where(fast, s.fi_count + acked, 0.0)
+        fast_inc = fast & (fi_count > window)
+        inc = jnp.where(delay_clean >= p.target, p.fi * unmarked,
+                        p.alpha * unmarked * jnp.maximum(p.target - delay_clean, 0.0))
+        window = jnp.where(fast_inc, window + unmarked * p.fi_scale,
+                           window + inc / jnp.maximum(window, p.mtu))
+        window = window + p.eta * dt / p.network_rtt
+        # whether a marked ACK came back this step: marks fall on packets at random, so
+        # flows sharing a bottleneck cut at different times (NSCC's unfairness, which
+        # spreads their completions) -- one draw per flow and step from the run's key
+        hit = jax.random.uniform(jax.random.fold_in(key, s.step), (num_flows,))
+        marked_ack = hit < 1.0 - (1.0 - mark_f) ** packets
+        marks = s.marks + jnp.where(marked_ack, 1.0, 0.0)
+        since_dec = s.since_dec + dt
+        cut = ((marks >= 1.0) & (since_dec > base_rtt) & (delay_marked >= p.target) &
+               (avg > p.target))
+        factor = jnp.maximum(1.0 - p.gamma * (avg - p.target) / jnp.maximum(avg, TINY), 0.5)
+        window = jnp.where(cut, window * factor, window)
+        marks = jnp.where(cut, 0.0, marks)
+        since_dec = jnp.where(cut, 0.0, since_dec)
+        window = window - NACK_DECREASE * lost_bytes
+        # quick adapt: every base RTT + target, on a trim or a delay past 4 targets
+        achieved = s.achieved + acked
+        trigger = s.qa_trigger | (lost_bytes > 0) | (delay_f > 4.0 * p.target)
+        due = now >= s.qa_clock
+        adapt = QUICK_ADAPT & due & trigger & (achieved < max_window / 8.0)
+        window = jnp.where(adapt, jnp.maximum(achieved, p.mtu), window)
+        achieved = jnp.where(due, 0.0, achieved)
+        trigger = jnp.where(due, False, trigger)
+        qa_clock = jnp.where(due, now + base_rtt + p.target, s.qa_clock)
+        window = jnp.where(sending, jnp.clip(window, p.mtu, max_window), s.window)
+        # ---- the policy at ACK time
+        if recycle:
+            bad = jnp.clip(seen_mark + (1.0 - seen_pass), 0.0, 1.0) * live_f
+            out = s.share * bad
+            moved = out - out.sum(1, keepdims=True) * live_f / n_live
+            share = s.share - jnp.where(sending, dt / rtt, 0.0)[:, None] * moved
+        else:
+            share = s.share
+        # ---- records
+        signals = _link_signals(queue, capacity, kmin, kmax, passed, wait)
+        history = s.history.at[s.step % (lag + 1)].set(signals)
+        fill = jnp.where(real, queue / jnp.where(real, buffer, 1.0), 0.0)
+        slot = jnp.minimum(s.step // p.stride, RECORDS - 1)
+        row = s.series[slot]
+        row = jnp.stack([jnp.maximum(row[0], fill.max()),
+                         row[1] + gone.sum() / (dt * p.stride.astype(jnp.float32)),
+                         jnp.maximum(row[2], sending.sum().astype(jnp.float32))])
+        return _State(
+            step=s.step + 1, remaining=remaining, window=window, avg_delay=avg,
+            fi_count=fi_count,
+            since_dec=since_dec, marks=marks, achieved=achieved, qa_clock=qa_clock,
+            qa_trigger=trigger, share=share, queue=queue, forward=forward, history=history,
+            finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
+            link_bytes=link_bytes, max_fill=jnp.maximum(s.max_fill, fill),
+            series=s.series.at[slot].set(row))
+
+    out = jax.lax.while_loop(cond, body, init)
+    status = jnp.where(jnp.any(out.remaining > 0), jnp.int32(int(Status.EVENT_LIMIT)),
+                       jnp.int32(0))
+    return Dynamic(finish=out.finish, delivered=out.delivered, trimmed=out.trimmed,
+                   link_bytes=out.link_bytes[:-1], max_fill=out.max_fill[:-1],
+                   steps=out.step, status=status, series=out.series)

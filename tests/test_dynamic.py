@@ -1,0 +1,325 @@
+"""The dynamic level (solver.dynamic, engine.dynamic): the static answer where the fabric is in
+steady state, bytes conserved, queues within their buffers, one answer per seed, and a few
+steps against a slow numpy reference written from the module's contract."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from fabricjax.engine.dynamic import (base_rtt_s, flow_link_pairs, packet_bytes,
+                                      solve_dynamic_phase)
+from fabricjax.engine.timing import transport_latency_s
+from fabricjax.fabric.build import build
+from fabricjax.scenario import parse_scenario
+from fabricjax.solver import dynamic as dyn
+from fabricjax.study.analyze import analyze
+from fabricjax.workload.build import build_workload
+from fabricjax.workload.flows import Flows
+
+
+def scenario(gpus=32, planes=2, radix=8, size="4MiB", placement="routed", **extra):
+    return parse_scenario({
+        "name": "dyn", "seed": 3,
+        "fabric": {"kind": "multiplane-clos", "gpus": gpus, "planes": planes,
+                   "port_gbps": "100G", "radix": radix},
+        "workload": [{"name": "perm", "collective": "permutation", "size": size}],
+        "policies": ["ecmp", "spray", "mrc"],
+        "spray": {"evs": 8, "placement": placement},
+        "mrc": {"evs": 8, "placement": placement},
+        **extra})
+
+
+def permutation(sc):
+    fabric = build(sc)
+    collective = build_workload(sc, np.random.default_rng([sc.seed, 0]))[0]
+    return fabric, collective.phases[0].flows, (collective.stream, 0)
+
+
+def static_fct(sc, fabric, flows, outcome) -> np.ndarray:
+    """The static level's FCTs on the same split: bytes at the max-min rates stretched by the
+    headers, plus the path's latency and the ACK back."""
+    wire = packet_bytes(sc) / sc.transport.mtu_bytes
+    rates = np.asarray(outcome.static.result.rates, np.float64)
+    return (flows.size * 8e-9 / rates * wire +
+            transport_latency_s(sc, fabric.flow_hops(flows.src, flows.dst), acknowledged=True))
+
+
+@pytest.mark.parametrize("policy", ["ecmp", "spray", "mrc"])
+def test_one_flow_alone_is_the_static_answer(policy):
+    sc = scenario()
+    fabric = build(sc)
+    flows = Flows(np.array([0], np.int32), np.array([31], np.int32), np.array([2.0 * 2**20]))
+    out = solve_dynamic_phase(policy, sc, fabric, flows, (0, 0))
+    assert out.status == 0
+    np.testing.assert_allclose(out.fct_s, static_fct(sc, fabric, flows, out), rtol=1e-3)
+    assert np.all(out.trimmed_bytes == 0)
+
+
+@pytest.mark.parametrize("policy", ["spray", "mrc"])
+def test_even_routed_permutation_matches_static(policy):
+    # a full-bisection Clos, routed EVs even over the spines, long flows: steady state
+    sc = scenario(gpus=32, planes=2, radix=8, size="32MiB")
+    fabric, flows, stream = permutation(sc)
+    out = solve_dynamic_phase(policy, sc, fabric, flows, stream)
+    assert out.status == 0
+    static = static_fct(sc, fabric, flows, out)
+    assert out.p100_static <= 1.0 + 1e-5
+    np.testing.assert_allclose(out.fct_s.max(), static.max(), rtol=0.02)
+    np.testing.assert_allclose(np.median(out.fct_s), np.median(static), rtol=0.02)
+
+
+@pytest.fixture(scope="module")
+def congested():
+    # hashed EVs and single-QP ECMP collide: queues fill and trim
+    sc = scenario(gpus=32, planes=2, radix=8, size="1MiB", placement="hashed")
+    fabric, flows, stream = permutation(sc)
+    return sc, fabric, flows, stream, {p: solve_dynamic_phase(p, sc, fabric, flows, stream)
+                                       for p in ("ecmp", "spray", "mrc")}
+
+
+@pytest.mark.parametrize("policy", ["ecmp", "spray", "mrc"])
+def test_bytes_conserved_and_queues_bounded(congested, policy):
+    sc, fabric, flows, stream, outs = congested
+    out = outs[policy]
+    assert out.status == 0
+    assert np.all(np.isfinite(out.fct_s))
+    np.testing.assert_allclose(out.delivered_bytes, out.size_bytes, rtol=1e-5)
+    assert out.max_fill <= 1.0 + 1e-5
+    assert np.all(out.link_fill <= 1.0 + 1e-5)
+
+
+def test_the_congested_case_exercises_trimming(congested):
+    # the invariants above mean something only if some queue hit its buffer
+    outs = congested[4]
+    assert outs["ecmp"].max_fill > 0.99
+    assert outs["ecmp"].trimmed_bytes.sum() > 0
+
+
+def test_deterministic_for_a_seed(congested):
+    sc, fabric, flows, stream, outs = congested
+    again = solve_dynamic_phase("mrc", sc, fabric, flows, stream)
+    np.testing.assert_array_equal(again.fct_s, outs["mrc"].fct_s)
+    np.testing.assert_array_equal(again.series, outs["mrc"].series)
+
+
+def test_mrc_moves_bytes_off_congested_evs(congested):
+    # recycling EVs that come back marked or trimmed finishes no later than spraying on
+    outs = congested[4]
+    assert outs["mrc"].fct_s.max() <= outs["spray"].fct_s.max() * 1.001
+
+
+def test_memory_refused_with_advice():
+    sc = scenario()
+    fabric, flows, stream = permutation(sc)
+    with pytest.raises(Exception, match="would fit"):
+        solve_dynamic_phase("spray", sc, fabric, flows, stream, max_memory=2**20)
+
+
+# --------------------------------------------------------------------------- slow reference
+
+def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
+              buffer, kmin, kmax, multiplexed, p, *, recycle, lag, steps, p_seed=11):
+    """The module's step, flow by flow and hop by hop in float64 numpy loops."""
+    num_flows, num_slots, hops = links.shape
+    num_links = capacity.size
+    real = np.arange(num_links) < num_links - 1
+    R = size.astype(float).copy()
+    W = max_window.astype(float).copy()
+    avg = np.zeros(num_flows)
+    fic = np.zeros(num_flows)
+    since = np.full(num_flows, np.inf)
+    marks = np.zeros(num_flows)
+    ach = np.zeros(num_flows)
+    qa_clock = base_rtt + p["target"]
+    trig = np.zeros(num_flows, bool)
+    s = share.astype(float).copy()
+    Q = np.zeros(num_links)
+    fwd = np.ones(num_links)
+
+    def signals(queue, passed, wait):
+        out = np.zeros((num_links, 3))
+        for l in range(num_links):
+            finite = np.isfinite(capacity[l])
+            out[l, 0] = queue[l] / capacity[l] + wait[l]
+            level = queue[l] + (wait[l] * capacity[l] if finite else 0.0)
+            out[l, 1] = min(max((level - kmin[l]) / max(kmax[l] - kmin[l], 1.0), 0.0), 1.0)
+            out[l, 2] = passed[l]
+        return out
+
+    hist = [signals(np.zeros(num_links), np.ones(num_links), np.zeros(num_links))
+            for _ in range(lag + 1)]
+    delivered = np.zeros(num_flows)
+    trimmed = np.zeros(num_flows)
+    link_bytes = np.zeros(num_links)
+    dt = p["dt"]
+    key = jax.random.key(p_seed)
+    for step in range(steps):
+        now = step * dt
+        seen = hist[(step + 1) % (lag + 1)]
+        sd = np.zeros((num_flows, num_slots))
+        sm = np.zeros((num_flows, num_slots))
+        sp = np.zeros((num_flows, num_slots))
+        for f in range(num_flows):
+            for k in range(num_slots):
+                sd[f, k] = sum(seen[links[f, k, h], 0] for h in range(hops))
+                sm[f, k] = 1 - np.prod([1 - seen[links[f, k, h], 1] for h in range(hops)])
+                sp[f, k] = np.prod([seen[links[f, k, h], 2] for h in range(hops)])
+        sending = (R > 0) & (start <= now)
+        delay = (s * sd).sum(1)
+        rtt = base_rtt + delay
+        want = np.where(sending, W / rtt, 0.0)
+        offered = np.zeros(nic.size)
+        for f in range(num_flows):
+            offered[src[f]] += want[f]
+        unc = np.array([want[f] * min(1.0, nic[src[f]] / max(offered[src[f]], 1e-30))
+                        for f in range(num_flows)])
+        thr = (s * sp).sum(1)
+        rate = np.minimum(unc, R / (dt * np.maximum(thr, dyn.MIN_THROUGH)))
+        A = np.zeros(num_links)
+        per_flow = np.zeros((num_flows, num_links))
+        P2 = np.zeros(num_links)
+        for f in range(num_flows):
+            for k in range(num_slots):
+                reach = 1.0
+                for h in range(hops):
+                    c = rate[f] * s[f, k] * reach
+                    A[links[f, k, h]] += c
+                    per_flow[f, links[f, k, h]] += c
+                    P2[links[f, k, h]] += c * c
+                    reach *= fwd[links[f, k, h]]
+        S2 = (per_flow ** 2).sum(0)
+        A[~real] = 0
+        level = Q + A * dt - np.where(np.isfinite(capacity), capacity * dt, 0.0)
+        over = np.maximum(level - buffer, 0.0)
+        Qn = np.where(real, np.clip(level, 0.0, buffer), 0.0)
+        passed = np.where(real & (A > 0), 1 - over / np.maximum(A * dt, 1e-30), 1.0)
+        dep = np.where(real, Q + A * dt - over - Qn, 0.0)
+        link_bytes += dep
+        fwd = np.where(real & (A > 0), dep / np.maximum(A * dt, 1e-30), 1.0)
+        A2 = np.maximum(A * A, 1e-30)
+        merging = multiplexed * (1 - S2 / A2)
+        others = A2 / np.maximum(P2, 1e-30) - 1
+        rho = np.clip(A / capacity, 0, dyn.RHO_MAX)
+        md1 = dyn.PACKET_QUEUEING * p["pkt"] / capacity * rho / (2 * (1 - rho))
+        wait = np.where(real & (Qn <= 0), merging * np.minimum(md1, others * p["pkt"] / capacity),
+                        0.0)
+        ok = np.zeros(num_flows)
+        lost = np.zeros(num_flows)
+        for f in range(num_flows):
+            for k in range(num_slots):
+                th = np.prod([passed[links[f, k, h]] for h in range(hops)])
+                ok[f] += rate[f] * s[f, k] * dt * th
+                lost[f] += rate[f] * s[f, k] * dt * (1 - th)
+        done = sending & (ok >= R - dyn.LAST_BYTE)
+        gone = np.where(done, R, np.minimum(ok, R))
+        R = np.where(done, 0.0, R - gone)
+        delivered += gone
+        trimmed += lost
+        clean = s * sp
+        mark = (clean * sm).sum(1) / np.maximum(clean.sum(1), 1e-30)
+        d_mark = (clean * sm * sd).sum(1) / np.maximum((clean * sm).sum(1), 1e-30)
+        d_clean = (clean * (1 - sm) * sd).sum(1) / np.maximum((clean * (1 - sm)).sum(1), 1e-30)
+        unm = gone * (1 - mark)
+        pk = gone / p["pkt"]
+        acks = unm / dyn.ACK_BYTES + mark * pk
+        wgt = 1 - (1 - p["delay_alpha"]) ** acks
+        sc_ = np.where(d_clean > p["target"], 0.25 * base_rtt, d_clean)
+        sample = mark * d_mark + (1 - mark) * sc_
+        nw = 1 - (1 - p["delay_alpha"]) ** (lost / p["pkt"])
+        avg = avg + wgt * (sample - avg)
+        avg = avg + nw * (p["network_rtt"] - avg)
+        fast = delay < dyn.FAST_DELAY_S
+        fic = np.where(fast, fic + gone, 0.0)
+        finc = fast & (fic > W)
+        inc = np.where(d_clean >= p["target"], p["fi"] * unm,
+                       p["alpha"] * unm * np.maximum(p["target"] - d_clean, 0))
+        Wn = np.where(finc, W + unm * p["fi_scale"], W + inc / np.maximum(W, p["mtu"]))
+        Wn = Wn + p["eta"] * dt / p["network_rtt"]
+        hit = np.asarray(jax.random.uniform(jax.random.fold_in(key, step), (num_flows,)))
+        marks = marks + np.where(hit < 1 - (1 - mark) ** pk, 1.0, 0.0)
+        since = since + dt
+        cut = (marks >= 1) & (since > base_rtt) & (d_mark >= p["target"]) & (avg > p["target"])
+        factor = np.maximum(1 - p["gamma"] * (avg - p["target"]) / np.maximum(avg, 1e-30), .5)
+        Wn = np.where(cut, Wn * factor, Wn)
+        marks = np.where(cut, 0, marks)
+        since = np.where(cut, 0, since)
+        Wn = Wn - dyn.NACK_DECREASE * lost
+        ach = ach + gone
+        trig = trig | (lost > 0) | (delay > 4 * p["target"])
+        due = now >= qa_clock
+        adapt = dyn.QUICK_ADAPT & due & trig & (ach < max_window / 8)
+        Wn = np.where(adapt, np.maximum(ach, p["mtu"]), Wn)
+        ach = np.where(due, 0, ach)
+        trig = np.where(due, False, trig)
+        qa_clock = np.where(due, now + base_rtt + p["target"], qa_clock)
+        W = np.where(sending, np.clip(Wn, p["mtu"], max_window), W)
+        if recycle:
+            bad = np.clip(sm + (1 - sp), 0, 1) * live
+            out = s * bad
+            n_live = np.maximum(live.sum(1, keepdims=True), 1)
+            moved = out - out.sum(1, keepdims=True) * live / n_live
+            s = s - np.where(sending, dt / rtt, 0)[:, None] * moved
+        Q = Qn
+        hist[step % (lag + 1)] = signals(Q, passed, wait)
+    return delivered, trimmed, link_bytes[:-1], R
+
+
+@pytest.mark.parametrize("recycle", [False, True])
+def test_a_few_steps_match_the_numpy_reference(recycle):
+    rng = np.random.default_rng(5)
+    num_links, num_flows, num_slots, hops, gpus = 6, 4, 3, 3, 3
+    links = rng.integers(0, num_links + 1, (num_flows, num_slots, hops)).astype(np.int32)
+    links[:, :, 0] = rng.integers(0, num_links, (num_flows, 1))   # every slot has a link
+    live = np.ones((num_flows, num_slots), bool)
+    share = np.full((num_flows, num_slots), 1 / num_slots)
+    size = np.array([3e5, 8e4, 5e5, 2e5])
+    start = np.array([0.0, 0.0, 2e-6, 0.0])
+    src = np.array([0, 1, 1, 2], np.int32)
+    nic = np.full(gpus, 12.5e9)
+    base = np.array([9e-6, 10e-6, 8e-6, 9.5e-6])
+    max_window = 1.5 * base * 12.5e9
+    capacity = np.r_[np.full(num_links, 12.5e9) * rng.uniform(0.3, 1.0, num_links), np.inf]
+    buffer = np.r_[capacity[:-1] * 6e-6, np.inf]
+    kmin, kmax = np.r_[0.2 * buffer[:-1], 1e30], np.r_[0.8 * buffer[:-1], 2e30]
+    multiplexed = np.r_[np.ones(num_links), 0.0]
+    p = dict(dt=1.2e-6, pkt=4160.0, mtu=4160.0, target=7e-6, network_rtt=9.5e-6,
+             alpha=4 * 4096 * 0.8 * 0.6 / 7e-6, fi=5 * 4096 * 0.8, eta=0.15 * 4096 * 0.8,
+             fi_scale=0.2, gamma=0.8, delay_alpha=0.0125)
+    steps, lag = 30, 2
+    params = dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
+                               max_steps=np.int32(steps), stride=np.int32(1),
+                               seed=np.int32(11))
+    f32 = np.float32
+    out = dyn.simulate_dynamic(links, share.astype(f32), live, size.astype(f32),
+                               start.astype(f32), src, nic.astype(f32), gpus, base.astype(f32),
+                               max_window.astype(f32), capacity.astype(f32),
+                               buffer.astype(f32), kmin.astype(f32), kmax.astype(f32),
+                               multiplexed.astype(f32), *flow_link_pairs(links, num_links),
+                               params, recycle=recycle, lag=lag)
+    delivered, trimmed, link_bytes, remaining = reference(
+        links, share, live, size, start, src, nic, base, max_window, capacity, buffer, kmin,
+        kmax, multiplexed, p, recycle=recycle, lag=lag, steps=steps)
+    assert trimmed.sum() > 0                       # the case trims, so the path is exercised
+    np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.trimmed), trimmed, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.link_bytes), link_bytes, rtol=2e-3, atol=64)
+
+
+def test_base_rtt_is_htsims():
+    # htsim's 6-hop fat tree at 100G, 4160-byte packets: 12 us + 6 x 0.338 us, BDP 43 packets
+    sc = scenario(transport={"mtu_bytes": 4096, "header_bytes": 64})
+    rtt = float(base_rtt_s(sc, 6))
+    assert abs(rtt - 14.02752e-6) < 1e-11
+    assert int(np.ceil(rtt * 12.5e9 / 4160)) * 4160 == 178_880
+
+
+def test_analyze_takes_flow_figures_from_the_dynamic_level():
+    sc = scenario(gpus=32, planes=2, radix=8, size="1MiB", placement="hashed",
+                  solver={"model": "dynamic"})
+    fabric, flows, stream = permutation(sc)
+    report = analyze(sc)
+    for record in report.records:
+        out = solve_dynamic_phase(record.policy, sc, fabric, flows, stream)
+        np.testing.assert_allclose(record.fct_max_s, out.fct_s.max(), rtol=1e-5)
