@@ -85,13 +85,19 @@ def _root(
 
 # the Python API's arguments as the commands spell them: an error about one names the option
 OPTION_NAMES = {"policies": "--policy", "seed": "--seed", "samples": "--samples",
-                "chunk": "--chunk", "max_memory": "--max-memory", "cache_dir": "--cache-dir"}
+                "chunk": "--chunk", "max_memory": "--max-memory", "cache_dir": "--cache-dir",
+                "model": "--model"}
 
 # options that `analyze` and `sweep` share, declared once
 PolicyOption = Annotated[Optional[list[str]], typer.Option(
     "--policy", "-p", metavar="NAME",
     help="Policy to evaluate (repeatable): ecmp, spray, mrc, optimal. "
     "Default: the scenario's `policies`.")]
+ModelOption = Annotated[Optional[str], typer.Option(
+    "--model", metavar="LEVEL",
+    help="The flow-level figures' model: static (settled max-min rates and the progressive "
+    "simulation) or dynamic (queues, ECN, NSCC and each policy's reaction in time steps). "
+    "Default: the scenario's `solver.model`.")]
 CacheDirOption = Annotated[Optional[str], typer.Option(
     "--cache-dir", metavar="DIR|off", help="Keep compiled programs in DIR for the next "
     "run (default: $FABRICJAX_CACHE_DIR, else ~/.cache/fabricjax/xla); off: compile "
@@ -249,13 +255,15 @@ def analyze(
         "--sensitivity", help="Name the links whose upgrade would most shorten each "
         "collective (the gradient of its time and P100 with respect to link capacity).")
     ] = False,
+    model: ModelOption = None,
     cache_dir: CacheDirOption = None,
     resume: ResumeOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Evaluate each policy on the scenario's workload: utilisation tail and completion time,
     and, when the scenario has `failures`, their distribution over failure sets."""
-    config = _load(scenario, policies=policy, seed=seed, samples=samples, chunk=chunk)
+    config = _load(scenario, policies=policy, seed=seed, samples=samples, chunk=chunk,
+                   model=model)
     limit = _memory_limit(max_memory)
     _check_output(json_path, "--json", scenario)
     # a failure study streams its per-set records to NAME.jsonl beside the report
@@ -452,6 +460,7 @@ def sweep(
     plot: Annotated[Optional[str], typer.Option(
         "--plot", metavar="DIR", help="Write sweep curves (metric vs the first swept field, one "
         "line per policy) as PNG files into DIR.")] = None,
+    model: ModelOption = None,
     cache_dir: CacheDirOption = None,
     quiet: QuietOption = False,
 ) -> None:
@@ -459,7 +468,7 @@ def sweep(
     busbw per policy, and each design's switches, optics and watts. Points that share array
     shapes reuse the compiled code; finished points stream to the CSV and a JSON Lines file,
     and --resume goes on after an interruption."""
-    config = _load(scenario, policies=policy)
+    config = _load(scenario, policies=policy, model=model)
     for path, option in ((csv_path, "--csv"), (json_path, "--json"), (jsonl_path, "--jsonl")):
         _check_output(path, option, scenario)
     stream_path = jsonl_path

@@ -32,7 +32,7 @@ from fabricjax.workload.build import traffic_flow_counts
 Progress = Callable[[str, int, int], None]
 # the API's arguments that override scenario fields, and those fields
 OVERRIDES = {"policies": "policies", "seed": "seed", "samples": "failures.samples",
-             "chunk": "failures.chunk"}
+             "chunk": "failures.chunk", "model": "solver.model"}
 
 
 class Scenario:
@@ -116,6 +116,7 @@ def _renamed(error: ScenarioError, names: Mapping[str, str]) -> ScenarioError:
 def configure(scenario: Scenario | ScenarioConfig | str | Path, *,
               policies: Iterable[str] | None = None, seed: int | None = None,
               samples: int | None = None, chunk: int | None = None,
+              model: str | None = None,
               names: Mapping[str, str] | None = None) -> ScenarioConfig:
     """The validated scenario with the arguments that override its fields (None: keep the
     scenario's). A bad value is a ScenarioError naming the argument (or `names[argument]`);
@@ -132,6 +133,8 @@ def configure(scenario: Scenario | ScenarioConfig | str | Path, *,
                                  "seed": seed}
     if failures:
         overrides["failures"] = {**config.failures.model_dump(), **failures}
+    if model is not None:         # the level of the flow-level figures: static | dynamic
+        overrides["solver"] = {**config.solver.model_dump(), "model": model}
     if all(value is None for value in overrides.values()):
         return config                 # validated already: nothing to re-check
     if policies is not None:

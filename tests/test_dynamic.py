@@ -4,6 +4,10 @@ steps against a slow numpy reference written from the module's contract."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -323,3 +327,29 @@ def test_analyze_takes_flow_figures_from_the_dynamic_level():
     for record in report.records:
         out = solve_dynamic_phase(record.policy, sc, fabric, flows, stream)
         np.testing.assert_allclose(record.fct_max_s, out.fct_s.max(), rtol=1e-5)
+
+
+def test_the_model_option_picks_the_level(tmp_path):
+    """`fabricjax analyze --model dynamic` takes the FCTs from the dynamic level, and a bad
+    level is one line naming the option."""
+    (tmp_path / "s.yaml").write_text(
+        "fabric: {gpus: 16, planes: 1, radix: 8}\npolicies: [ecmp]\n"
+        "workload: [{name: p, collective: permutation, size: 1MiB}]\n")
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "fabricjax_cli.main", "analyze", "s.yaml",
+                               "-q", *args], cwd=tmp_path, capture_output=True, text=True)
+
+    bad = run("--model", "wavy")
+    assert bad.returncode == 2 and "--model" in bad.stderr and "dynamic" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    for level in ("static", "dynamic"):
+        proc = run("--model", level, "--json", f"{level}.json")
+        assert proc.returncode == 0, proc.stderr
+    static, dynamic = (json.loads((tmp_path / f"{level}.json").read_text())
+                       for level in ("static", "dynamic"))
+    assert static["config"]["solver"]["model"] == "static"
+    assert dynamic["config"]["solver"]["model"] == "dynamic"
+    # one flow per NIC on a full-bisection fabric: both levels agree on the flows' tail
+    np.testing.assert_allclose(dynamic["results"][0]["fct_max_s"],
+                               static["results"][0]["fct_max_s"], rtol=0.1)
