@@ -27,7 +27,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabricjax.engine.phase import solve_policy_phase, solve_slots
-from fabricjax.solver.maxmin import TOP_LINKS
 from fabricjax.study.analyze import analyze
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.clos import build_fabric, clos_geometry
@@ -47,7 +46,7 @@ from fabricjax.scenario import parse_scenario
 from fabricjax.solver.maxmin import link_load, max_min_rates, slowest_rate, uniform_live_split
 from fabricjax.workload.build import build_workload
 
-from adapters import phase_inputs as _phase_inputs, rehash_dead_slots, tier_bounds as _tier_bounds
+from adapters import rehash_dead_slots
 from reference import node_name, reference_fabric_graph, reference_max_min, reference_paths
 
 # The shared fabric: 2 planes, 8 T0s x 8 GPUs, 8 spines per plane (128 fabric cables).
@@ -735,7 +734,7 @@ def test_rehash_is_uniform_over_live_spines():
 # --------------------------------------------------------------------------- 7. no recompile
 
 def test_new_failure_sets_do_not_recompile(world):
-    fabric, flows = world["fabric"], world["flows"]
+    fabric = world["fabric"]
     scen = scenario({**MIX, "chunk": 8})
     a = sample_failures(scen)
     b = sample_failures(scenario({**MIX, "seed": 12}))
@@ -816,7 +815,7 @@ def test_batched_equals_one_by_one_and_single_solve(policy, world, mix_batch):
 def test_vmap_width_not_dividing_the_chunk(world, mix_batch):
     # vmapped groups of 3 over 8 sets (what an accelerator runs; lax.map runs the remainder
     # apart): the same sets as one at a time, to float32 rounding
-    fabric, flows = world["fabric"], world["flows"]
+    fabric = world["fabric"]
     scen = scenario(MIX)
     inputs = chunk_inputs("spray", scen, fabric, baseline("spray", world))
     out3 = call_chunk("spray", scen, fabric, baseline("spray", world), inputs, mix_batch, 3)
@@ -949,7 +948,7 @@ def test_transient_crash_when_window_reaches_timeout(stall_report):
 def test_transient_accounting_per_policy(world):
     """The transient of every policy from one set of per-set outcomes (spray's, with some
     sets made unhit): a window below the timeout stalls, one at or above crashes."""
-    fabric, collective, flows = world["fabric"], world["collective"], world["flows"]
+    fabric, collective = world["fabric"], world["collective"]
     scen = scenario({**STALL, "chunk": 8}, policies=["ecmp", "spray"])
     batch = sample_failures(scen)
     res = solve_failure_sets("spray", scen, fabric, baseline("spray", world), batch, (0, 0))
