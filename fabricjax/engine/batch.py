@@ -2,12 +2,14 @@
 accelerator) over the sets of a chunk, `shard_map` over devices, chunks over the batch.
 
 Contract: `solve_failure_sets` evaluates one policy on one phase under every failure set of a
-`fabric.failures.FailureBatch`, starting from the slots the no-failure baseline ran on (its
+`fabric.failures.FailureBatch`, from the baseline's own prepared phase (the same device
+arrays, shape-bucket padding and arrival cohorts) and the split it ended on (its
 `engine.phase.PhaseOutcome`): each set's id lists become an alive mask and capacities on the
 device (`failure_mask`; the fabric is never rebuilt), `engine.phase.phase_core` runs the
 policy's reaction and the evaluation exactly as for the baseline, and each set returns a
-`SetOutcome` summary (P100 per tier, time, stalled flows, the flows that lost bytes on a
-pre-failure path), not per-set flow arrays. One compiled program per (policy, phase shape);
+`SetOutcome` summary (P100 per tier, each arrival cohort's end, stalled flows, the flows that
+lost bytes on a pre-failure path), not per-set flow arrays; `metrics.set_records` finishes its
+times with the baseline's own function. One compiled program per (policy, phase shape);
 chunks are padded to one shape, so no chunk recompiles. `prepare_failure_phase` and
 `solve_set_range` split the same work so that a study can solve any range of sets (a chunk at
 a time, streaming its records; the rest of a resumed study).
