@@ -122,7 +122,6 @@ def _load(scenario: Path, **overrides):
     """The validated scenario with the options' overrides (`api.configure`); a bad file or a
     bad option value is one line and exit 2, naming the file's field or the option the user
     typed."""
-    from fabricjax.api import configure
     from fabricjax.core.errors import ScenarioError
     from fabricjax.scenario import load_scenario
 
@@ -130,6 +129,10 @@ def _load(scenario: Path, **overrides):
         loaded = load_scenario(scenario)
     except ScenarioError as error:
         _fail(str(error))
+    if all(value is None for value in overrides.values()):
+        return loaded             # validated already (and `topo` imports no JAX)
+    from fabricjax.api import configure   # the studies' module: JAX comes with it
+
     try:
         return configure(loaded, names=OPTION_NAMES, **overrides)
     except ScenarioError as error:

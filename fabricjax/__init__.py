@@ -8,13 +8,31 @@ The Python API (`fabricjax.api`; figures in `fabricjax.plot`)::
     df = rep.to_pandas()
 
 The package is a stack of layers (DESIGN section 6); a module imports only from layers below
-it. This top level imports no JAX (nor matplotlib): a computation imports it when it runs.
+it. This top level imports no JAX (nor matplotlib): the API module, which runs the studies,
+is loaded on the first use of one of its names.
 """
 
+import importlib
+
 from fabricjax import plot
-from fabricjax.api import (Analysis, Scenario, ScenarioError, analyze, configure, grid, load,
-                           sweep)
+from fabricjax.core.errors import ScenarioError
 from fabricjax.core.version import __version__
 
-__all__ = ["Analysis", "Scenario", "ScenarioError", "__version__", "analyze", "configure",
-           "grid", "load", "plot", "sweep"]
+# the API's calls run the studies, which import JAX: their module is loaded on the first use
+# of one of them (PEP 562), so `import fabricjax`, `--help` and `fj.load(...).replace(...)`
+# stay light
+LAZY = {"Scenario": "fabricjax.handle", "load": "fabricjax.handle",
+        **{name: "fabricjax.api" for name in ("Analysis", "analyze", "configure", "grid",
+                                              "sweep")}}
+
+__all__ = ["ScenarioError", "__version__", "plot", *LAZY]
+
+
+def __getattr__(name: str):
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
+    raise AttributeError(f"module 'fabricjax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(LAZY))

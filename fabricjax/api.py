@@ -11,8 +11,9 @@
 Contract: every bad input is a `ScenarioError` naming the field as the caller wrote it (a
 dotted path, or an argument such as `policies`; `names` maps the arguments to other words, the
 CLI's options); `analyze` applies the same overrides, memory check and compilation cache as
-the CLI, which is built on these calls. Importing this module imports no JAX: the studies are
-imported when a computation runs. pandas is optional (`fabricjax[pandas]`); `to_records()`
+the CLI, which is built on these calls. Importing this module imports JAX (the studies it
+runs); `import fabricjax` does not, since the package root loads this module on first use.
+pandas is optional (`fabricjax[pandas]`); `to_records()`
 needs nothing.
 """
 
@@ -21,86 +22,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+# the policy modules fill the registry that policy names and sections are checked against
+import fabricjax.policies  # noqa: F401
 from fabricjax.config import Scenario as ScenarioConfig
+from fabricjax.core.cache import CacheError, enable_compile_cache
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.units import SIZE_HELP, parse_size, value_text
+from fabricjax.engine.plan import available_memory, check_memory
+from fabricjax.handle import Scenario, as_config, load
+from fabricjax.report.console import print_report
 from fabricjax.report.json import report_dict
 from fabricjax.results import Report
-from fabricjax.scenario import load_scenario, parse_scenario, with_overrides, with_paths
-from fabricjax.workload.build import traffic_flow_counts
+from fabricjax.scenario import with_overrides
+from fabricjax.study.analyze import analyze as run_analysis
+from fabricjax.sweeps import Axis, failure_figures, run_sweep, sweep_points
 
 Progress = Callable[[str, int, int], None]
 # the API's arguments that override scenario fields, and those fields
 OVERRIDES = {"policies": "policies", "seed": "seed", "samples": "failures.samples",
              "chunk": "failures.chunk", "model": "solver.model"}
-
-
-class Scenario:
-    """A validated scenario. Read its sections as attributes (`sc.fabric.planes`); change it
-    with `replace`, which returns a new, validated Scenario. `config` is the pydantic model the
-    studies take."""
-
-    def __init__(self, config: ScenarioConfig):
-        if not isinstance(config, ScenarioConfig):
-            raise TypeError(f"Scenario wraps a validated scenario, not {type(config).__name__}; "
-                            "use fj.load(path) or fj.Scenario.from_dict(data)")
-        self.config = config
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | Path | None = None
-                  ) -> "Scenario":
-        """A scenario from the data a YAML file would hold; `base_dir`: where its graph and
-        traffic files are (default: the current folder)."""
-        folder = Path(base_dir) if base_dir is not None else Path(".")
-        config = parse_scenario(dict(data), base_dir=folder)
-        return cls(config.located(folder, traffic_flow_counts(config)))
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Scenario":
-        """Read and validate a scenario file."""
-        return cls(load_scenario(path))
-
-    def replace(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> "Scenario":
-        """A new scenario with fields changed: dotted paths (``{"fabric.planes": 4,
-        "workload[0].size": "1GiB"}``) and top-level fields as keywords (``seed=3``). Values
-        are read as in the YAML file (``"100G"``, ``"1GiB"``)."""
-        changes = {**dict(values or {}), **fields}
-        return Scenario(with_paths(self.config, changes))
-
-    def to_dict(self) -> dict:
-        """The scenario as JSON data, every default filled in."""
-        return self.config.model_dump(mode="json")
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "config":
-            raise AttributeError(name)
-        return getattr(self.config, name)
-
-    def __repr__(self) -> str:
-        fabric = self.config.fabric
-        items = ", ".join(item.name or item.collective for _, _, item in self.config.items)
-        return (f"Scenario({self.config.name!r}: {fabric.gpus:,} GPUs, {fabric.kind}, "
-                f"workload [{items}], policies {list(self.config.policies)})")
-
-
-def load(path: str | Path) -> Scenario:
-    """Read and validate a scenario file (a ScenarioError names the file and the field)."""
-    return Scenario.load(path)
-
-
-def _config(scenario: Scenario | ScenarioConfig | str | Path) -> ScenarioConfig:
-    if isinstance(scenario, Scenario):
-        return scenario.config
-    if isinstance(scenario, ScenarioConfig):
-        return scenario
-    if isinstance(scenario, (str, Path)):
-        return load_scenario(scenario)
-    raise TypeError(f"expected a Scenario, a scenario file's path or a validated scenario, "
-                    f"got {type(scenario).__name__}")
 
 
 def _renamed(error: ScenarioError, names: Mapping[str, str]) -> ScenarioError:
@@ -122,7 +62,7 @@ def configure(scenario: Scenario | ScenarioConfig | str | Path, *,
     scenario's). A bad value is a ScenarioError naming the argument (or `names[argument]`);
     `samples` and `chunk` need a `failures` section."""
     names = dict(names or {})
-    config = _config(scenario)
+    config = as_config(scenario)
     given = {"samples": samples, "chunk": chunk}
     failures = {k: v for k, v in given.items() if v is not None}
     if failures and config.failures is None:
@@ -137,10 +77,6 @@ def configure(scenario: Scenario | ScenarioConfig | str | Path, *,
         overrides["solver"] = {**config.solver.model_dump(), "model": model}
     if all(value is None for value in overrides.values()):
         return config                 # validated already: nothing to re-check
-    if policies is not None:
-        # the names are checked against the registry, which the policy modules fill (JAX is
-        # imported here, where a computation follows, never by `import fabricjax`)
-        import fabricjax.policies  # noqa: F401
     try:
         return with_overrides(config, **overrides)
     except ScenarioError as error:
@@ -163,7 +99,6 @@ def check_fits(config: ScenarioConfig, max_memory: int | str | None = None, *,
                names: Mapping[str, str] | None = None) -> None:
     """Refuse, before anything is computed, a scenario whose estimated peak memory exceeds
     `max_memory` (default: the memory available now). Imports JAX (to ask the device)."""
-    from fabricjax.engine.plan import available_memory, check_memory
 
     word = dict(names or {}).get("max_memory", "max_memory")
     limit = memory_limit(max_memory, names)
@@ -176,7 +111,6 @@ def use_cache(cache_dir: str | None = None, *, names: Mapping[str, str] | None =
     """Keep compiled programs in `cache_dir` (default: $FABRICJAX_CACHE_DIR, else
     ~/.cache/fabricjax/xla; "off": none). A folder that cannot be used is a ScenarioError
     naming `cache_dir` (the environment variable's folder: no field)."""
-    from fabricjax.core.cache import CacheError, enable_compile_cache
 
     try:
         return enable_compile_cache(cache_dir)
@@ -221,7 +155,6 @@ class Analysis:
     def to_records(self) -> list[dict]:
         """One dict per policy x workload item: every number of its record (per-tier P100 as
         `p100_<tier>`), and with failures the failure study's figures (`failures_*`)."""
-        from fabricjax.sweeps import failure_figures
 
         summaries = {}
         if self.report.failures is not None:
@@ -252,7 +185,6 @@ class Analysis:
         """Print the tables `fabricjax analyze` prints (on `console`, else standard output)."""
         from rich.console import Console
 
-        from fabricjax.report.console import print_report
 
         print_report(console or Console(), self.report)
 
@@ -286,7 +218,6 @@ def analyze(scenario: Scenario | ScenarioConfig | str | Path,
     `study.analyze.analyze`. `progress`: True for a bar on standard error, or a callable
     (message, done, total). `failure_records`, `on_failure_records`: a failure study's
     streamed per-set records, as `study.analyze.analyze` takes them."""
-    from fabricjax.study.analyze import analyze as run
 
     config = configure(scenario, policies=policies, seed=seed, samples=samples, chunk=chunk,
                        names=names)
@@ -294,8 +225,9 @@ def analyze(scenario: Scenario | ScenarioConfig | str | Path,
     use_cache(cache_dir, names=names)
     callback, bar = _progress(progress)
     try:
-        report = run(config, trace=trace, progress=callback, sensitivity=sensitivity,
-                     failure_records=failure_records, on_failure_records=on_failure_records)
+        report = run_analysis(config, trace=trace, progress=callback, sensitivity=sensitivity,
+                              failure_records=failure_records,
+                              on_failure_records=on_failure_records)
     finally:
         if bar is not None:
             bar.stop()
@@ -308,7 +240,6 @@ def grid(scenario: Scenario | ScenarioConfig | str | Path,
     """The validated grid points (`sweeps.Point`) of `values`: {dotted path: values} (the
     points are the grid of all), or {(path, path): [(a, b), ...]} for fields that move
     together. A bad path or value is a ScenarioError naming it as ``path=value``."""
-    from fabricjax.sweeps import Axis, sweep_points
 
     config = configure(scenario, policies=policies)
     axes = []
@@ -336,7 +267,6 @@ def sweep(scenario: Scenario | ScenarioConfig | str | Path,
     completion, busbw, the bill of materials, the failure study's figures -- the rows of
     `fabricjax sweep --csv` (with `frame=False`, a list of dicts). Every point is validated
     and checked against the memory available before the first one runs."""
-    from fabricjax.sweeps import run_sweep
 
     points = grid(scenario, values, policies=policies)
     for point in points:
