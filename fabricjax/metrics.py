@@ -29,7 +29,8 @@ from fabricjax.engine.phase import PhaseOutcome, slot_links_host
 from fabricjax.engine.plan import (PROGRESSIVE_AUTO_FLOWS, PROGRESSIVE_AUTO_LIMIT,
                                    simulate_phase)
 from fabricjax.engine.timing import (endpoint_bound_time_s, fabric_end_s, line_rate_time_s,
-                                     phase_duration_s, transport_latency_s, wire_factor)
+                                     phase_duration_s, relative_starts, transport_latency_s,
+                                     wire_factor)
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch
 from fabricjax.results import FailureSummary, PolicyRecord, StepRecord
@@ -98,12 +99,7 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
         fabric_end = 0.0
         if run is not None:
             duration = np.asarray(run.duration, dtype=np.float64)
-            start = np.zeros_like(duration)
-            if phase.flows.start is not None:
-                cohorts = outcome.prepared.cohorts
-                real = phase.flows.num_flows
-                start = (cohorts.base[cohorts.cohort[:real]] +
-                         cohorts.offset[:real].astype(np.float64))
+            start = relative_starts(phase.flows)
             sending = phase.flows.size > 0
             stalled |= bool(np.any(~np.isfinite(duration[sending])))
             fabric_end = float(np.max((start + duration)[sending], initial=0.0))

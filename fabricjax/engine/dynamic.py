@@ -32,7 +32,7 @@ from fabricjax.core.errors import ScenarioError
 from fabricjax.core.units import format_bytes
 from fabricjax.engine.phase import PhaseOutcome, initial_slots, solve_policy_phase
 from fabricjax.engine.plan import available_memory
-from fabricjax.engine.timing import transport_latency_s
+from fabricjax.engine.timing import relative_starts, transport_latency_s
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.policies import get
 from fabricjax.policies.base import Policy, Slots
@@ -206,11 +206,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     dt = network_rtt * DT_RTT
     lag = max(int(round(LAG_RTT / DT_RTT)), 0)
     static_s = static.fabric_end_s          # the static level's end, on the wire
-    # start times relative to the phase's first start (the device sees no absolute clock)
-    start = np.zeros(num_flows)
-    if flows.start is not None:
-        begin = np.asarray(flows.start, np.float64)
-        start = begin - (begin[flows.size > 0].min() if np.any(flows.size > 0) else begin.min())
+    start = relative_starts(flows)          # the device sees no absolute clock
     horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + float(start.max(
         initial=0.0))
     max_steps = int(min(math.ceil(horizon / dt), 2**24))
@@ -281,10 +277,7 @@ def with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric, fl
     # the metrics' FCT rule is the time on the fabric (wire bytes) plus the latency there and
     # the ACK's way back: the dynamic FCT with its one-way latency taken out
     duration = out.fct_s - latency
-    start = np.zeros(flows.num_flows)
-    if flows.start is not None:
-        begin = np.asarray(flows.start, np.float64)
-        start = begin - (begin[flows.size > 0].min() if np.any(flows.size > 0) else begin.min())
+    start = relative_starts(flows)
     progressive = Progressive(finish=(start + duration).astype(np.float32),
                               duration=duration.astype(np.float32),
                               events=np.int32(out.steps), rounds=np.int32(0),

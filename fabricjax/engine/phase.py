@@ -44,7 +44,7 @@ from fabricjax.solver.gradients import PhaseSplit, split_of
 from fabricjax.solver.incidence import ClosRoutes, StoredRoutes, stored_routes
 from fabricjax.solver.maxmin import TOP_LINKS, PhaseResult
 from fabricjax.solver.progressive import Progressive, progressive_completion
-from fabricjax.workload.flows import Flows, Phase
+from fabricjax.workload.flows import Flows
 
 
 # --------------------------------------------------------------------------- host inputs
@@ -99,13 +99,12 @@ def host_routes(fabric: AnyFabric, flows: Flows, pool: str) -> StoredRoutes | No
     return stored_routes(*paths, fabric.tier, fabric.plane, fabric.planes)
 
 
-def phase_hops(fabric: AnyFabric, phase: Phase) -> int:
-    """Links on the longest path of the phase's sending fabric flows (0 without any)."""
-    sending = phase.flows.size > 0
+def sending_hops(fabric: AnyFabric, flows: Flows) -> int:
+    """Links on the longest path of the flows that send bytes (0 without any)."""
+    sending = flows.size > 0
     if not np.any(sending):
         return 0
-    flows = phase.flows.take(sending)
-    return int(fabric.flow_hops(flows.src, flows.dst).max())
+    return int(fabric.flow_hops(flows.src[sending], flows.dst[sending]).max())
 
 
 def initial_slots(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
@@ -205,11 +204,9 @@ def prepare_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: 
     if routes is None and not slots.state:      # a Clos: pad to the shape bucket
         count = max(count, padded_flows(scenario, flows.num_flows))
         arrays, slots = pad_phase(arrays, slots, count)
-    sending = flows.size > 0
-    hops = (int(fabric.flow_hops(flows.src[sending], flows.dst[sending]).max())
-            if np.any(sending) else 0)
     return PreparedPhase(policy=policy, flows=flows, count=count, arrays=arrays, routes=routes,
-                         slots=slots, cohorts=arrival_cohorts(flows, count), hops=hops,
+                         slots=slots, cohorts=arrival_cohorts(flows, count),
+                         hops=sending_hops(fabric, flows),
                          pool=pool,
                          geometry=fabric.geometry if fabric.kind.arithmetic_routes else None)
 
@@ -401,7 +398,7 @@ def aggregated_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flow
     result = out.result._replace(rates=rates.astype(np.float32))
     return PhaseOutcome(result, slots=policy.slots_per_flow(scenario),
                         fabric_end_s=fabric_end_s(arrival_cohorts(flows), result.cohort_end),
-                        hops=int(fabric.flow_hops(flows.src, flows.dst).max()),
+                        hops=sending_hops(fabric, flows),
                         classes=out.num_classes)
 
 

@@ -45,15 +45,23 @@ class ArrivalCohorts(NamedTuple):
         return int(self.base.shape[0])
 
 
+def relative_starts(flows: Flows) -> np.ndarray:
+    """float64[F]: each flow's start, seconds after the phase's first start of a flow with
+    bytes (all 0 without start times); an empty flow that starts earlier is clipped to 0."""
+    if flows.start is None or flows.num_flows == 0:
+        return np.zeros(flows.num_flows)
+    start = np.asarray(flows.start, np.float64)
+    sending = flows.size > 0
+    first = start[sending].min() if np.any(sending) else start.min()
+    return np.maximum(start - first, 0.0)
+
+
 def arrival_cohorts(flows: Flows, padded: int | None = None) -> ArrivalCohorts:
     """The cohorts of `flows` (padded to `padded` flows: the padding joins cohort 0)."""
     count = flows.num_flows if padded is None else max(padded, flows.num_flows)
     if flows.start is None or flows.num_flows == 0:
         return ArrivalCohorts(np.zeros(1), np.zeros(count, np.int32), np.zeros(count, np.float32))
-    start = np.asarray(flows.start, np.float64)
-    sending = flows.size > 0
-    first = float(start[sending].min()) if np.any(sending) else float(start.min())
-    relative = np.maximum(start - first, 0.0)
+    relative = relative_starts(flows)
     times = np.unique(relative)
     if times.size <= MAX_COHORTS:
         bases = times
@@ -149,10 +157,7 @@ def _nic_times(flows: Flows, nic_gbps: float | np.ndarray, side: str, wire: floa
         return 0.0
     gpu = (flows.src if side == "src" else flows.dst)[sending]
     nic = nic_gbps[gpu] if np.ndim(nic_gbps) else nic_gbps
-    begin = np.zeros(gpu.size)
-    if flows.start is not None:
-        start = np.asarray(flows.start, np.float64)
-        begin = start[sending] - start[sending].min()
+    begin = relative_starts(flows)[sending]
     return _busiest_nic_s(gpu, flows.size[sending] * wire * 8e-9 / nic, begin)
 
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
-from fabricjax.engine.phase import concat_slots, initial_slots, phase_hops, solve_policy_phase
+from fabricjax.engine.phase import (concat_slots, initial_slots, sending_hops,
+                                    solve_policy_phase)
 from fabricjax.engine.timing import phase_duration_s, wire_factor
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.policies import get
@@ -80,7 +81,7 @@ def _run_jobs(policy: str, exact: Scenario, fabric: AnyFabric, jobs: list[Collec
         for j in active:
             phase = jobs[j].phases[phase_index[j]]
             step[j] = float(phase_duration_s(exact, phase, fabric_time[j],
-                                             phase_hops(fabric, phase))) / phase.repeat
+                                             sending_hops(fabric, phase.flows))) / phase.repeat
         remaining = {j: steps_left[j] * step[j] for j in active}
         dt = min(remaining.values())
         if not np.isfinite(dt):      # every unfinished job is stalled
