@@ -85,8 +85,10 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
     repeat; a flow's time on the fabric for its wire bytes, plus its own path's transport
     latency and last acknowledgement), the largest event count, and the status flags of the
     simulations. Start times stay on the host in float64: a flow's end is its start plus its
-    own duration. A simulation that `auto` gave up (`Status.SKIPPED`) leaves only
-    its event count and "skipped"."""
+    own duration. A phase whose policy adapts over time (`PhaseOutcome.first_step`) pays
+    its convergence in its first step only; its other repeats run on the settled split. A
+    simulation that `auto` gave up (`Status.SKIPPED`) leaves only its event count and
+    "skipped"."""
     if any(o.progressive is None for o in outcomes if o.slots):
         return {}
     runs = [o.progressive for o in outcomes if o.progressive is not None]
@@ -96,20 +98,30 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
     stalled = False
     for phase, outcome in zip(collective.phases, outcomes):
         run = outcome.progressive
-        fabric_end = 0.0
-        if run is not None:
-            duration = np.asarray(run.duration, dtype=np.float64)
-            start = relative_starts(phase.flows)
-            sending = phase.flows.size > 0
+        if run is None:
+            total += float(phase_duration_s(scenario, phase, 0.0, outcome.hops))
+            continue
+        settled = np.asarray(run.duration, dtype=np.float64)
+        # an adapting policy's first step pays for its convergence, the repeats run settled
+        steps = ([(settled, phase.repeat)] if outcome.first_step is None else
+                 [(np.asarray(outcome.first_step, np.float64), 1),
+                  (settled, phase.repeat - 1)])
+        start = relative_starts(phase.flows)
+        sending = phase.flows.size > 0
+        latency = transport_latency_s(scenario, fabric.flow_hops(phase.flows.src,
+                                                                 phase.flows.dst),
+                                      acknowledged=True)
+        for duration, repeat in steps:
+            if repeat <= 0:
+                continue
             stalled |= bool(np.any(~np.isfinite(duration[sending])))
             fabric_end = float(np.max((start + duration)[sending], initial=0.0))
-            fct = duration + transport_latency_s(scenario, fabric.flow_hops(phase.flows.src, phase.flows.dst),
-                                                 acknowledged=True)
-            fcts.append(fct[sending])
-            weights.append(np.full(int(sending.sum()), phase.repeat, np.float64))
-            events = max(events, int(run.events))
-            status |= int(run.status) & EVENT_LIMIT
-        total += float(phase_duration_s(scenario, phase, fabric_end, outcome.hops))
+            fcts.append((duration + latency)[sending])
+            weights.append(np.full(int(sending.sum()), repeat, np.float64))
+            total += float(phase_duration_s(scenario, dataclasses.replace(phase, repeat=repeat),
+                                            fabric_end, outcome.hops))
+        events = max(events, int(run.events))
+        status |= int(run.status) & EVENT_LIMIT
     out = {"progressive_s": None if stalled else total, "events": events,
            "event_limit": bool(status & EVENT_LIMIT)}
     if fcts and not stalled:

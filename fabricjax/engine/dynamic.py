@@ -32,7 +32,8 @@ from fabricjax.core.errors import ScenarioError
 from fabricjax.core.units import format_bytes
 from fabricjax.engine.phase import PhaseOutcome, initial_slots, solve_policy_phase
 from fabricjax.engine.plan import available_memory
-from fabricjax.engine.timing import relative_starts, transport_latency_s
+from fabricjax.engine.timing import (base_rtt_s, packet_bytes, relative_starts,
+                                     transport_latency_s)
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.policies import get
 from fabricjax.policies.base import Policy, Slots
@@ -45,7 +46,6 @@ DT_RTT = 1 / 8          # a step is this share of the network's base RTT
 LAG_RTT = 0.5           # the sender sees the links' state this many base RTTs late
 HORIZON_STATIC = 12.0   # the step bound: this many static completions ...
 HORIZON_RTTS = 200.0    # ... plus this many base RTTs
-ACK_WIRE_BYTES = 64     # an ACK's size (htsim's)
 REFERENCE_BDP = 100e9 / 8 * 12e-6   # NSCC's reference: 100 Gbit/s x 12 us (bytes)
 BYTES_PER_ENTRY = 64    # device bytes per (flow, slot, hop) entry: ids, gathers, the scatter
 BYTES_PER_SLOT = 48     # per (flow, slot): shares, rates, signals
@@ -78,21 +78,6 @@ class DynamicOutcome:
     dt_s: float
     status: int
     static: object
-
-
-def packet_bytes(scenario: Scenario) -> int:
-    """Wire bytes of a full data packet."""
-    cfg = scenario.transport
-    return cfg.mtu_bytes + cfg.header_bytes
-
-
-def base_rtt_s(scenario: Scenario, hops) -> np.ndarray:
-    """htsim's unloaded RTT over `hops` links: propagation both ways plus a data packet's and
-    an ACK's serialisation at every hop (port rate)."""
-    cfg = scenario.transport
-    hops = np.asarray(hops, np.float64)
-    serial = (packet_bytes(scenario) + ACK_WIRE_BYTES) * 8e-9 / scenario.fabric.port_gbps
-    return hops * (2e-6 * cfg.link_latency_us + serial)
 
 
 def dynamic_memory(num_flows: int, slots: int, hops: int) -> int:
@@ -282,4 +267,4 @@ def with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric, fl
                               duration=duration.astype(np.float32),
                               events=np.int32(out.steps), rounds=np.int32(0),
                               status=np.int32(out.status))
-    return dataclasses.replace(outcome, progressive=progressive)
+    return dataclasses.replace(outcome, progressive=progressive, first_step=None)

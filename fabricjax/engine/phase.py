@@ -32,7 +32,8 @@ from fabricjax.core.executables import cached_jit
 from fabricjax.core.status import Status
 from fabricjax.engine.plan import (padded_flows, progressive_give_up, slowest_only,
                                    use_aggregation)
-from fabricjax.engine.timing import (ArrivalCohorts, arrival_cohorts, fabric_end_s,
+from fabricjax.engine.timing import (ArrivalCohorts, arrival_cohorts, base_rtt_s,
+                                     clocked_durations, fabric_end_s, relative_starts,
                                      wire_bytes)
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.clos import ClosGeometry
@@ -216,7 +217,7 @@ def prepare_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: 
 def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state: dict, alive,
                capacity, key_data, options: dict, eps, max_rounds, cohort, offset, *,
                settings: tuple, layout, tier_bounds, top_k: int, num_cohorts: int = 1,
-               slowest_only: bool = False, p100_only: bool = False
+               slowest_only: bool = False, p100_only: bool = False, clock_rows: int = 0
                ) -> tuple[Reaction, PhaseResult]:
     """The phase program (traceable): the policy's reaction, then its split evaluated through
     the routes (`routes.evaluate`: slots -> links -> incidence -> loads, rates, times).
@@ -224,10 +225,11 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
     (uint32, so sets and devices can carry it as plain arrays); cohort, offset: the flows'
     arrival cohorts (`engine.timing`); the keyword arguments are static: `layout` the
     fabric's four structural link ranges (the policy's), `tier_bounds` the statistics'
-    tiers."""
+    tiers, `clock_rows` the rows of an adapting policy's speed record (`Policy.clock_rows`;
+    0 for failure sets, whose flow times are not reported)."""
     key = jax.random.wrap_key_data(key_data)
     reaction = policy.react(routes, phase, plane, choice, state, alive, capacity, key, options,
-                            settings, layout)
+                            settings, layout, clock_rows=clock_rows)
     # padding flows (`pad_phase`: no demand; every real flow offers some) carry no weight
     reaction = reaction._replace(weights=jnp.where(phase.demand[:, None] > 0,
                                                    reaction.weights, 0.0))
@@ -242,7 +244,8 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
 
 run_phase = cached_jit(phase_core, static_argnums=0,
                        static_argnames=("settings", "layout", "tier_bounds", "top_k",
-                                        "num_cohorts", "slowest_only", "p100_only"))
+                                        "num_cohorts", "slowest_only", "p100_only",
+                                        "clock_rows"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +272,11 @@ class Adaptation:
     """How an iterative policy's iteration ended on one phase: iterations, how it ended in
     words, its residual (mrc: overload; optimal: gap), whether it hit its cap, whether a flow
     lost every live path of a plane (optimal), and the P100 after each iteration when asked
-    (`trace`, else None)."""
+    (`trace`, else None). With the clock (`Policy.clock_rows`), `window_speeds`
+    float32[m, F]: how fast each real flow moves in the states the policy passes through
+    before it settles, relative to the settled split, and `window_lengths_s` float64[m] how
+    long each lasts (a reaction window, the base RTT of the phase's longest path, per
+    iteration): what `engine.timing.clocked_durations` charges."""
 
     iterations: int
     convergence: str
@@ -277,6 +284,8 @@ class Adaptation:
     capped: bool
     lost_plane: bool
     trace: np.ndarray | None = None
+    window_speeds: np.ndarray | None = None
+    window_lengths_s: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,8 +298,10 @@ class PhaseOutcome:
     sending path. prepared: the phase laid out for the device (None for a phase without fabric
     flows or solved as classes). split: the per-flow split it ended on (None when solved as
     classes). adaptation: an iterative policy's ending (None for the others). progressive: the
-    flow-level simulation (None when
-    it did not run). classes: the (T0, T0) classes it was solved as (None: flow by flow)."""
+    flow-level simulation on the settled split (None when it did not run). classes: the
+    (T0, T0) classes it was solved as (None: flow by flow). first_step: float32[F] the
+    progressive durations of the phase's first step under the clock of a policy that adapts
+    over time (`first_step_durations`; None otherwise)."""
 
     result: PhaseResult
     slots: int
@@ -301,6 +312,7 @@ class PhaseOutcome:
     adaptation: Adaptation | None = None
     progressive: Progressive | None = None
     classes: int | None = None
+    first_step: np.ndarray | None = None
 
 
 # the static split over given slots: equal over the live ones, no reaction (the base policy)
@@ -316,17 +328,39 @@ def solve_slots(fabric: AnyFabric, flows: Flows, plane: np.ndarray, choice: np.n
                                           np.asarray(choice, np.int32))).result
 
 
+def window_speeds(speeds: np.ndarray, final_speed: np.ndarray, iterations: int,
+                  window_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(speeds float32[m, F], lengths float64[m]) of the states an adapting policy passed
+    through, from its record (`Reaction.speeds`: rows 0..R-1 the sets after 0..R-1
+    iterations, row R the sum of the sets after R..iterations): the sets after 0 ..
+    iterations-1 iterations, one reaction window (`window_s`) each, the ones from R on as one
+    state of their mean speed, all relative to the returned set's (`final_speed`; a flow
+    stalled there keeps 1)."""
+    rows = speeds.shape[0] - 1
+    kept = min(iterations, rows)
+    parts = [speeds[:kept]]
+    lengths = [np.full(kept, window_s)]
+    if iterations > rows:           # the sets after rows .. iterations, summed in row `rows`
+        parts.append(speeds[rows:] / (iterations + 1 - rows))
+        lengths.append(np.array([(iterations - rows) * window_s]))
+    relative = np.concatenate(parts) / np.where(final_speed > 0, final_speed, 1.0)
+    relative = np.where(final_speed > 0, relative, 1.0)
+    return relative.astype(np.float32), np.concatenate(lengths)
+
+
 def solve_prepared(prepared: PreparedPhase, scenario: Scenario, fabric: AnyFabric,
                    stream: tuple[int, int], *, alive: np.ndarray | None = None,
-                   trace: bool = False) -> PhaseOutcome:
+                   trace: bool = False, clock: bool = False) -> PhaseOutcome:
     """The phase program on a prepared phase: one transfer in (the phase's arrays once, then
     the mask and options), one jitted call, one transfer out. `alive`: bool[L] (None: every
-    link alive, the baseline); the policy reacts to it as it does in a failure set."""
+    link alive, the baseline); the policy reacts to it as it does in a failure set. `clock`:
+    keep an adapting policy's speed record (`Adaptation.window_speeds`) for the flow times."""
     policy, flows = prepared.policy, prepared.flows
     item, index = stream
     routes, arrays, cohort, offset = prepared.device
     alive_mask = np.ones(fabric.num_links, bool) if alive is None else np.asarray(alive, bool)
     cfg = scenario.solver
+    clock_rows = policy.clock_rows(scenario) if clock else 0
     args = jax.device_put((prepared.slots.plane, prepared.slots.choice, prepared.slots.state,
                            alive_mask, fabric.capacity,
                            jax.random.key_data(phase_key(scenario.seed, item, index)),
@@ -336,19 +370,25 @@ def solve_prepared(prepared: PreparedPhase, scenario: Scenario, fabric: AnyFabri
         policy, routes, arrays, *args, cohort, offset, settings=policy.settings(scenario),
         layout=fabric.layout_bounds, tier_bounds=fabric.tier_bounds,
         top_k=min(TOP_LINKS, fabric.num_links), num_cohorts=prepared.cohorts.count,
-        slowest_only=slowest_only(scenario, flows)))
+        slowest_only=slowest_only(scenario, flows), clock_rows=clock_rows))
     real = flows.num_flows                  # the padding's rows go
     result = result._replace(rates=result.rates[:real])
     status = int(reaction.status)
     adaptation = None
     if policy.iterative:
         iterations = int(reaction.iterations)
+        speeds = lengths = None
+        if reaction.speeds is not None:
+            speeds, lengths = window_speeds(
+                np.asarray(reaction.speeds)[:, :real], np.asarray(reaction.final_speed)[:real],
+                iterations, float(base_rtt_s(scenario, prepared.hops)))
         adaptation = Adaptation(
             iterations=iterations, convergence=policy.convergence(status, iterations),
             residual=float(reaction.residual), capped=bool(status & Status.ITERATION_CAP),
             lost_plane=bool(status & Status.LOST_PLANE),
             trace=(np.asarray(reaction.trace[: iterations + 1])
-                   if trace and reaction.trace is not None else None))
+                   if trace and reaction.trace is not None else None),
+            window_speeds=speeds, window_lengths_s=lengths)
     carried = (np.ones(real, np.float32) if reaction.carried is None
                else np.asarray(reaction.carried[:real]))
     split = Split(plane=prepared.slots.plane[:real], choice=np.asarray(reaction.choice[:real]),
@@ -373,10 +413,12 @@ def solve_policy_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabr
     if slots is None and use_aggregation(scenario, fabric, flows, alive, policy.name):
         return aggregated_phase(policy, scenario, fabric, flows, stream)
     prepared = prepare_phase(policy, scenario, fabric, flows, stream, slots)
-    outcome = solve_prepared(prepared, scenario, fabric, stream, alive=alive, trace=trace)
+    outcome = solve_prepared(prepared, scenario, fabric, stream, alive=alive, trace=trace,
+                             clock=progressive)
     if progressive:
         outcome = dataclasses.replace(
             outcome, progressive=simulate_progressive(scenario, fabric, outcome, alive))
+        outcome = dataclasses.replace(outcome, first_step=first_step_durations(outcome))
     return outcome
 
 
@@ -450,6 +492,20 @@ def simulate_progressive(scenario: Scenario, fabric: AnyFabric, outcome: PhaseOu
                                               args[0], alive_dev, *args[1:]))
     real = flows.num_flows
     return out._replace(finish=out.finish[:real], duration=out.duration[:real])
+
+
+def first_step_durations(outcome: PhaseOutcome) -> np.ndarray | None:
+    """float32[F]: the durations of the phase's first step when its policy adapts over time
+    (`Adaptation.window_speeds`): its progressive durations charged for the states the
+    policy passed through before it settled (`engine.timing.clocked_durations`). None when
+    there is nothing to charge. Only the first of a phase's `repeat` steps pays: the same
+    connections carry the later steps, and MRC keeps its EVs from one step to the next."""
+    adaptation, run = outcome.adaptation, outcome.progressive
+    if run is None or adaptation is None or adaptation.window_speeds is None:
+        return None
+    return clocked_durations(run.duration, relative_starts(outcome.prepared.flows),
+                             adaptation.window_speeds, adaptation.window_lengths_s
+                             ).astype(np.float32)
 
 
 @cached_jit

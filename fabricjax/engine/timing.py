@@ -116,6 +116,68 @@ def transport_latency_s(scenario: Scenario, hops, *, acknowledged: bool = False)
     return np.where(hops > 0, latency, 0.0)
 
 
+ACK_WIRE_BYTES = 64     # an ACK's size on the wire (htsim's)
+
+
+def packet_bytes(scenario: Scenario) -> int:
+    """Wire bytes of a full data packet."""
+    cfg = scenario.transport
+    return cfg.mtu_bytes + cfg.header_bytes
+
+
+def base_rtt_s(scenario: Scenario, hops) -> np.ndarray:
+    """htsim's unloaded RTT over `hops` links: propagation both ways plus a data packet's and
+    an ACK's serialisation at every hop (port rate)."""
+    cfg = scenario.transport
+    hops = np.asarray(hops, np.float64)
+    serial = (packet_bytes(scenario) + ACK_WIRE_BYTES) * 8e-9 / scenario.fabric.port_gbps
+    return hops * (2e-6 * cfg.link_latency_us + serial)
+
+
+def clocked_durations(duration: np.ndarray, start: np.ndarray, speeds: np.ndarray,
+                      lengths_s: np.ndarray) -> np.ndarray:
+    """Flow durations when an adapting policy takes time to settle (float64[F]).
+
+    `duration` float[F]: each flow's time on the fabric from its own start at the settled
+    split (the progressive simulation's); `start` float64[F]: its start after the phase's
+    first start. The policy passes through n states before it settles, back to back from the
+    phase's start, state i lasting `lengths_s[i]` seconds (float[n]; its reaction windows): in
+    it a flow moves `speeds[i, f]` times as fast as it will on the settled split (float[n, F]),
+    and after the last at 1. A flow needs the same settled-split progress, `duration`, and
+    ends where its accumulated progress reaches it: a flow that ends while the policy adapts is
+    charged for the states it lived through, one that outlives them pays what they cost it. inf
+    stays inf (a stalled flow) and 0 stays 0; with no state (n = 0) the durations are returned
+    unchanged."""
+    duration = np.asarray(duration, np.float64)
+    start = np.asarray(start, np.float64)
+    speeds = np.asarray(speeds, np.float64)
+    lengths = np.asarray(lengths_s, np.float64)
+    states = speeds.shape[0]
+    if states == 0 or not np.any(lengths > 0):
+        return duration
+    cols = np.arange(speeds.shape[1])
+    opens = np.concatenate([[0.0], np.cumsum(lengths)])                       # [n + 1]
+    settled_at = opens[-1]
+    # progress from the phase's start to every state's end, in settled seconds
+    edge = np.concatenate([np.zeros((1, speeds.shape[1])),
+                           np.cumsum(speeds * lengths[:, None], axis=0)])     # [n + 1, F]
+
+    late = start >= settled_at             # starts after the policy settled: unchanged
+    begin = np.where(late, 0.0, start)
+    i = np.clip(np.searchsorted(opens, begin, side="right") - 1, 0, states - 1)
+    begun = edge[i, cols] + (begin - opens[i]) * speeds[i, cols]
+    target = begun + np.where(np.isfinite(duration), duration, 0.0)
+    # the state in which the target is reached: the first whose end edge passes it
+    j = np.sum(edge[1:] <= target[None, :], axis=0)                          # 0 .. n
+    after = j >= states
+    jj = np.minimum(j, states - 1)
+    rate = speeds[jj, cols]
+    within = opens[jj] + (target - edge[jj, cols]) / np.where(rate > 0, rate, 1.0)
+    end = np.where(after, settled_at + (target - edge[-1]), within)
+    out = np.where(late, duration, end - start)
+    return np.where(np.isfinite(duration) & (duration > 0), out, duration)
+
+
 def step_latency_s(scenario: Scenario, phase: Phase) -> float:
     """The fixed cost of one step of `phase`: a base plus a per-link latency over its
     longest path (solver.step_latency_us, solver.hop_latency_us), paid `latency_steps` times

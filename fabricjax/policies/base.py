@@ -119,7 +119,10 @@ class Reaction(NamedTuple):
     the split carries (its rate cap shrinks to match), or None when the whole flow is carried
     on whatever live slots it has. iterations: int32. status: int32 `core.status.Status`
     flags (ITERATION_CAP, SETTLED, LOST_PLANE). residual: float32 (mrc: overload; optimal:
-    gap). trace: float32[T] P100 after each iteration (mrc), or None."""
+    gap). trace: float32[T] P100 after each iteration (mrc), or None. speeds, final_speed:
+    an adapting policy's clock record when `react` was asked for one (`clock_rows`): each
+    flow's speed in the sets it passed through, float32[R + 1, F], and in the set it returned,
+    float32[F] (`policies.mrc.MrcResult`); else None."""
 
     choice: jax.Array
     weights: jax.Array
@@ -128,6 +131,8 @@ class Reaction(NamedTuple):
     status: jax.Array = np.int32(0)
     residual: jax.Array = np.float32(0.0)
     trace: jax.Array | None = None
+    speeds: jax.Array | None = None
+    final_speed: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +232,12 @@ class Policy:
         section's STATIC fields."""
         return static_settings(self.section(scenario))
 
+    def clock_rows(self, scenario: Scenario) -> int:
+        """Rows of the per-flow speed record `react` keeps so that a flow is charged for the
+        states the policy passes through before it settles (`engine.timing.clocked_durations`);
+        0 for a policy whose split holds from a phase's first packet."""
+        return 0
+
     def convergence(self, status: int, iterations: int = 0) -> str | None:
         """How an iterative policy's iteration ended, in words (None if not iterative)."""
         return None
@@ -246,12 +257,15 @@ class Policy:
         raise NotImplementedError
 
     def react(self, routes: Any, phase: PhaseArrays, plane, choice, state: dict, alive,
-              capacity, key, options: dict, settings: tuple, layout: tuple) -> Reaction:
+              capacity, key, options: dict, settings: tuple, layout: tuple,
+              clock_rows: int = 0) -> Reaction:
         """The split on the device (traced): equal over the live slots; override to adapt.
         alive bool[L] and capacity float32[L] cover the real links; key: a PRNG key;
         options / settings: what `options` and `settings` gave; layout: the fabric's four
         structural (start, stop) link ranges, host -> switch, switch up, switch down, switch ->
-        host (static)."""
+        host (static). clock_rows (static): rows of the speed record an adapting policy keeps
+        for the clock (`Policy.clock_rows`; 0: none, and a policy that adapts at once ignores
+        it)."""
         links = routes.slot_links(plane, choice)
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
         return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))

@@ -80,7 +80,7 @@ class Ecmp(Policy):
                 np.full(geometry.planes, qps, np.float32))
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
-              settings, layout) -> Reaction:
+              settings, layout, clock_rows=0) -> Reaction:
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
         # re-hash only when something died: one set at a time (the baseline, and failure sets
         # under lax.map) skips the draws when all is alive; vmapped sets turn the cond into a

@@ -85,6 +85,22 @@ class MrcResult(NamedTuple):
     excess_trace: jax.Array # float[max_iters + 1]: overload = sum over fabric links of
                             # max(load - threshold * capacity, 0) / their total load
     final_spine: jax.Array  # int32[F, K]: the EV set when the loop stopped (trace's last entry)
+    speeds: jax.Array       # float32[R + 1, F] (R = `clock_rows`; [0, F] without the clock):
+                            # row i < R each flow's speed in the EV set after i iterations
+                            # (`flow_speed`); row R sums the speeds of the sets after R on
+    final_speed: jax.Array  # float32[F]: each flow's speed in the returned EV set
+
+
+def flow_speed(routes, plane, spine, live, util_ext):
+    """float32[F]: how fast each flow's EV set lets it go, relative to its offered rate: 1 /
+    max(1, the worst utilisation over every hop of its live EVs), 0 for a flow without a live
+    EV. An equal split is paced by its most loaded EV, and every flow on an overloaded link is
+    slowed by that link's overload; the clock (`engine.timing.clocked_durations`) uses the
+    ratio of a set's speed to the returned set's, so the common bias of this estimate against
+    the max-min rates cancels."""
+    worst = jnp.max(util_ext[routes.slot_links(plane, spine)], axis=-1)           # [F, K]
+    worst = jnp.max(jnp.where(live > 0, worst, 0.0), axis=1)
+    return jnp.where(jnp.any(live > 0, axis=1), 1.0 / jnp.maximum(worst, 1.0), 0.0)
 
 
 def _utilisation(load, capacity, alive):
@@ -95,6 +111,10 @@ def _utilisation(load, capacity, alive):
                      jnp.where(real > 0, jnp.inf, 0.0))
     return util, usable
 
+
+# the clock's record keeps one row per iteration for this many iterations, and the sum of
+# the rest in one more row: bounded memory ([R + 1, F] float32) whatever `max_iters` is
+CLOCK_ROWS = 256
 
 RETARGET_DRAWS = 2  # candidate spines tried per moving EV; the first live one is taken
 
@@ -119,8 +139,8 @@ def hash_bits(index, seed_words, iteration):
 
 
 def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshold, damping,
-                    tol, *, max_iters: int, patience, fabric_range: tuple[int, int]
-                    ) -> MrcResult:
+                    tol, *, max_iters: int, patience, fabric_range: tuple[int, int],
+                    clock_rows: int = 0) -> MrcResult:
     """The fixed point of MRC's EV swapping (see the module docstring). Traceable; jit it.
 
     `routes`: the phase's `solver.incidence` routes (Clos or stored paths); `plane`, `spine`:
@@ -130,7 +150,8 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     switch-to-switch links (tiers 1 and 2), whose overload the stop rule watches.
     `max_iters` is static (the trace's length); `patience` may be a traced integer (the
     policy passes it among its options, so a sweep over it, or a failure set's own, never
-    recompiles)."""
+    recompiles). `clock_rows` (static) > 0 records every flow's speed in each EV set the loop
+    passes through (`MrcResult.speeds`), for `engine.timing.clocked_durations`."""
     num_links = capacity.shape[0]
     num_flows, num_slots = spine.shape
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
@@ -167,19 +188,24 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
         # better (MRC retires them within microseconds), whatever its P100
         dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)
-        return controlled, marked, p100, overload, dead_evs, level
+        speed = (flow_speed(routes, plane, spine, live, util_ext) if clock_rows
+                 else jnp.zeros(num_flows, jnp.float32))
+        return controlled, marked, p100, overload, dead_evs, level, speed
 
     ev_index = jnp.arange(num_flows * num_slots, dtype=jnp.uint32).reshape(spine.shape)
     seed_words = jax.random.bits(key, (2,), jnp.uint32)
-    controlled0, marked0, p100_0, overload0, dead0, level0 = measure(spine)
+    controlled0, marked0, p100_0, overload0, dead0, level0, speed0 = measure(spine)
     trace0 = jnp.full(max_iters + 1, p100_0, jnp.float32)
     excess0 = jnp.full(max_iters + 1, overload0, jnp.float32)
+    speeds0 = jnp.zeros((clock_rows + 1 if clock_rows else 0, num_flows), jnp.float32)
+    if clock_rows:
+        speeds0 = speeds0.at[0].set(speed0)
 
     # state: spine, controlled, marked, best overload so far, iterations since it improved by
     # tol, iteration, traces, and the best EV set (fewest EVs on dead paths, then lowest P100,
-    # then lowest overload)
+    # then lowest overload), and the flows' speeds in every set (with the clock)
     init = (spine, controlled0, marked0, overload0, jnp.int32(0), jnp.int32(0), trace0,
-            excess0, spine, dead0, p100_0, overload0, level0)
+            excess0, spine, dead0, p100_0, overload0, level0, speeds0)
 
     def cond(state):
         _, _, marked, _, since_best, it = state[:6]
@@ -187,7 +213,7 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
 
     def body(state):
         (spine, controlled, marked, best, since_best, it, trace, excess,
-         best_spine, best_dead, best_p100, best_overload, level) = state
+         best_spine, best_dead, best_p100, best_overload, level, speeds) = state
         # one 32-bit draw per EV: the high half decides whether it moves, the low half where
         bits = hash_bits(ev_index, seed_words, it)
         dead = ~jnp.isfinite(controlled)
@@ -207,7 +233,9 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         target = jnp.take_along_axis(candidates, first[..., None], axis=-1)[..., 0]
         move = move & jnp.any(live, axis=-1) & routes.can_move()
         new_spine = jnp.where(move, target, spine).astype(spine.dtype)
-        controlled, marked, p100, overload, dead_evs, level = measure(new_spine)
+        controlled, marked, p100, overload, dead_evs, level, speed = measure(new_spine)
+        if clock_rows:      # the set after iteration it + 1: its own row, or the tail's sum
+            speeds = speeds.at[jnp.minimum(it + 1, clock_rows)].add(speed)
         improved = overload < best * (1.0 - tol)
         best = jnp.minimum(best, overload)
         since_best = jnp.where(improved, 0, since_best + 1)
@@ -221,11 +249,11 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         best_p100 = jnp.where(better, p100, best_p100)
         best_overload = jnp.where(better, overload, best_overload)
         return (new_spine, controlled, marked, best, since_best, it + 1, trace, excess,
-                best_spine, best_dead, best_p100, best_overload, level)
+                best_spine, best_dead, best_p100, best_overload, level, speeds)
 
     final = jax.lax.while_loop(cond, body, init)
     (last_spine, _, last_marked, _, since_best, it, trace, excess, best_spine, _, _,
-     best_overload, _) = final
+     best_overload, _, speeds) = final
     steps = jnp.arange(max_iters + 1)
     trace = jnp.where(steps > it, trace[it], trace)  # unused tail repeats the final value
     excess = jnp.where(steps > it, excess[it], excess)
@@ -233,12 +261,13 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     # the swapping would go on, and the best EV set it reached is returned
     balanced = ~jnp.any(last_marked)
     spine_out = jnp.where(balanced, last_spine, best_spine)
-    _, marked_out, _, overload_out, _, _ = measure(spine_out)
+    _, marked_out, _, overload_out, _, _, final_speed = measure(spine_out)
     status = jnp.where(balanced, MRC_BALANCED,
                        jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
     return MrcResult(spine=spine_out, iterations=it, status=status.astype(jnp.int32),
                      residual=overload_out, marked=jnp.sum(marked_out).astype(jnp.int32),
-                     trace=trace, excess_trace=excess, final_spine=last_spine)
+                     trace=trace, excess_trace=excess, final_spine=last_spine,
+                     speeds=speeds, final_speed=final_speed)
 
 
 class MrcSettings(Strict):
@@ -270,6 +299,11 @@ class MrcSettings(Strict):
         "Stop after this many iterations without progress."))
     failure_patience: int = Field(5, ge=1, le=100_000, description=(
         "`patience` of a failure set, which starts from the no-failure equilibrium."))
+    clock: bool = Field(True, description=(
+        "Charge each flow for the EV sets it lives through while MRC converges (one "
+        "iteration per base RTT, from spraying's start) in the flow completion times and the "
+        "progressive completion; false: every flow runs on the settled set from its first "
+        "byte. The P100 is the settled set's either way."))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,6 +342,10 @@ class Mrc(Policy):
     def init_stream(self) -> int:
         return SPRAY.stream      # the same initial draw as spraying: columns differ by adapting
 
+    def clock_rows(self, scenario: Scenario) -> int:
+        section = self.section(scenario)
+        return min(section.max_iters, CLOCK_ROWS) if section.clock else 0
+
     def reaction_window_s(self, failures: FailuresConfig) -> float:
         return failures.mrc_reaction_us * 1e-6     # the first lost packet retires the EV
 
@@ -328,17 +366,19 @@ class Mrc(Policy):
         return spraying_init(self.section(scenario), scenario, fabric, flows, routes, rng)
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
-              settings, layout) -> Reaction:
+              settings, layout, clock_rows=0) -> Reaction:
         (max_iters,) = settings
         fabric_range = (layout[1][0], layout[2][1])   # switch-to-switch links
         mrc = mrc_fixed_point(routes, plane, choice, phase.demand, capacity, alive, key,
                               options["threshold"], options["damping"], options["tol"],
                               max_iters=max_iters, patience=options["patience"],
-                              fabric_range=fabric_range)
+                              fabric_range=fabric_range, clock_rows=clock_rows)
         links = routes.slot_links(plane, mrc.spine)
         weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
+        clock = (mrc.speeds, mrc.final_speed) if clock_rows else (None, None)
         return Reaction(choice=mrc.spine, weights=weights, iterations=mrc.iterations,
-                        status=mrc.status, residual=mrc.residual, trace=mrc.trace)
+                        status=mrc.status, residual=mrc.residual, trace=mrc.trace,
+                        speeds=clock[0], final_speed=clock[1])
 
 
 MRC = register(Mrc())

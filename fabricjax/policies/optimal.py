@@ -395,7 +395,7 @@ class Optimal(Policy):
                      {"link_plane": fabric.plane.astype(np.int32)})
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
-              settings, layout) -> Reaction:
+              settings, layout, clock_rows=0) -> Reaction:
         if isinstance(routes, ClosRoutes):
             geom = routes.geom
             sol = solve_commodities(geom, phase.src, phase.dst, phase.demand,
