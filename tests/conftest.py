@@ -44,6 +44,10 @@ enable_compile_cache()
 # cache is tested on its own (tests/test_executables.py) and by every command-line test,
 # whose process uses it on the suite's cache folder.
 executables.set_enabled(False)
+# The suite's own processes compile the same programs in-process (JAX's cache only) and from
+# the command line: a command that finds JAX's entry keeps it rather than compiling once more
+# to store its executable (tests/test_executables.py tests that refill on its own).
+os.environ.setdefault(executables.ENV_REFILL, "off")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -197,8 +197,9 @@ print(json.dumps({"records": records, "counters": executables.counters()}))
 """
 
 
-def _analyze(folder: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+def _analyze(folder: Path, refill: str = "on") -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu",
+           executables.ENV_REFILL: refill}
     child = subprocess.run([sys.executable, "-c", ANALYZE_SCRIPT, str(folder)],
                            capture_output=True, text=True, env=env)
     assert child.returncode == 0, child.stderr[-3000:]
@@ -206,10 +207,12 @@ def _analyze(folder: Path) -> dict:
 
 
 def test_the_engine_warm_process_compiles_nothing_and_bad_entries_fall_back(tmp_path):
-    """analyze (baseline, failure sets, progressive) in three processes on one folder: the
-    first compiles and stores; the second loads every program and compiles none; after
-    damaging every entry (half corrupt, half recorded under another JAX) the third compiles
-    again. All three give the same records."""
+    """analyze (baseline, failure sets, progressive) in processes on one folder: the first
+    compiles and stores; the second loads every program and compiles none; after damaging
+    every entry (half corrupt, half recorded under another JAX) the third compiles again
+    (JAX's cache supplies the programs; without refill nothing is stored), the fourth compiles
+    them once more and stores them (refill), and the fifth loads them all. All give the same
+    records."""
     cold = _analyze(tmp_path)
     assert cold["counters"]["compiled"] >= 3 and cold["counters"]["stored"] >= 3
     warm = _analyze(tmp_path)
@@ -223,11 +226,20 @@ def test_the_engine_warm_process_compiles_nothing_and_bad_entries_fall_back(tmp_
         else:
             blob = entry.read_bytes()
             entry.write_bytes(blob[:-100] + bytes(b ^ 0x5A for b in blob[-100:]))
-    damaged = _analyze(tmp_path)
+    damaged = _analyze(tmp_path, refill="off")
     assert damaged["counters"]["rejected"] == len(entries)
     assert damaged["counters"]["loaded"] == 0
     assert damaged["records"] == cold["records"]
-    # the programs came from JAX's cache (the cold run wrote it): used, and not stored, since
-    # a deserialised XLA:CPU executable cannot be serialised again
-    assert damaged["counters"]["stored"] == 0
+    # the programs came from JAX's cache (the cold run wrote it): without refill they are
+    # used and not stored, since a deserialised XLA:CPU executable cannot be serialised again
+    assert damaged["counters"]["stored"] == 0 and damaged["counters"]["refilled"] == 0
     assert _entries(tmp_path) == []
+    # with refill (the default) each is compiled once more, bypassing JAX's cache, and stored
+    refilled = _analyze(tmp_path)
+    assert refilled["counters"]["refilled"] == cold["counters"]["stored"], refilled["counters"]
+    assert refilled["counters"]["stored"] == cold["counters"]["stored"]
+    assert refilled["records"] == cold["records"]
+    # so the next process loads every program again and compiles none
+    again = _analyze(tmp_path)
+    assert again["counters"]["compiled"] == 0 and again["counters"]["loaded"] == len(entries)
+    assert again["records"] == cold["records"]
