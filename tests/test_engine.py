@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from fabricjax.engine.phase import (phase_core, phase_key, prepare_phase, solve_policy_phase,
-                                    solve_prepared)
+from fabricjax.engine.phase import (phase_core, phase_key, phase_key_data, prepare_phase,
+                                    solve_policy_phase, solve_prepared)
 from fabricjax.engine.plan import slowest_only
 from fabricjax.fabric.build import build
 from fabricjax.policies import get
@@ -68,3 +68,12 @@ def test_prepared_phase_is_uploaded_once():
     scenario, fab, flows = case(CLOS, "spray")
     prepared = prepare_phase(get("spray"), scenario, fab, flows, (0, 0))
     assert prepared.device is prepared.device
+
+
+def test_phase_key_data_is_phase_keys_bits():
+    """The compiled key program gives the eager key's bits, baseline and failure streams."""
+    rng = np.random.default_rng(7)
+    for seed, item, index, stream in [(0, 0, 0, 0), (2**31 - 1, 3, 9, 0),
+                                      *rng.integers(0, 2**20, (6, 4)).tolist()]:
+        want = np.asarray(jax.random.key_data(phase_key(seed, item, index, stream)))
+        np.testing.assert_array_equal(phase_key_data(seed, item, index, stream), want)

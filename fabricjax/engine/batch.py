@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec
 from fabricjax.config import Scenario
 from fabricjax.core.devices import device_mesh, fetch, place, shard_devices
 from fabricjax.core.executables import cached_jit
-from fabricjax.engine.phase import PhaseOutcome, PreparedPhase, phase_core, phase_key
+from fabricjax.engine.phase import PhaseOutcome, PreparedPhase, phase_core, phase_key_data
 from fabricjax.engine.plan import sets_per_call, slowest_only, vmap_width
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch
@@ -161,8 +161,7 @@ def failure_key(scenario: Scenario, policy: str, stream: tuple[int, int]) -> np.
     """The raw PRNG key data every failure set of one phase uses (the same for every set:
     ECMP's re-hash is the switches' hash, fixed per flow, not per set)."""
     item, index = stream
-    return np.asarray(jax.random.key_data(phase_key(scenario.seed, item, index,
-                                                    get(policy).stream)))
+    return phase_key_data(scenario.seed, item, index, get(policy).stream)
 
 
 def chunk_inputs(policy: str, scenario: Scenario, fabric: AnyFabric, outcome: PhaseOutcome,

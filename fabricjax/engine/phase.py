@@ -81,6 +81,19 @@ def phase_key(seed: int, item: int, index: int, stream: int = 0):
     return jax.random.fold_in(key, stream) if stream else key
 
 
+@cached_jit
+def _phase_key_program(seed, item, index, stream):
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), item), index)
+    folded = jax.random.key_data(jax.random.fold_in(key, stream))
+    return jnp.where(stream != 0, folded, jax.random.key_data(key))
+
+
+def phase_key_data(seed: int, item: int, index: int, stream: int = 0) -> np.ndarray:
+    """`phase_key`'s raw key data (uint32), from one compiled program: the same bits, without
+    the eager operations (each its own program to load in a fresh process)."""
+    return np.asarray(_phase_key_program(*(np.int32(v) for v in (seed, item, index, stream))))
+
+
 def phase_arrays(scenario: Scenario, fabric: AnyFabric, flows: Flows) -> PhaseArrays:
     """The phase's flows as host arrays for the device: offered demand, the bytes each flow
     puts on the wire (payload and headers, `engine.timing.wire_bytes`), the NIC cap."""
@@ -363,7 +376,7 @@ def solve_prepared(prepared: PreparedPhase, scenario: Scenario, fabric: AnyFabri
     clock_rows = policy.clock_rows(scenario) if clock else 0
     args = jax.device_put((prepared.slots.plane, prepared.slots.choice, prepared.slots.state,
                            alive_mask, fabric.capacity,
-                           jax.random.key_data(phase_key(scenario.seed, item, index)),
+                           phase_key_data(scenario.seed, item, index),
                            policy.options(scenario), np.float32(cfg.eps),
                            np.int32(cfg.max_rounds)))
     reaction, result = jax.device_get(run_phase(
