@@ -82,7 +82,7 @@ def _one_set(policy: Policy, routes, phase, plane, choice, state, options, key_d
                                   common["cohort"], common["offset"], settings=settings,
                                   layout=layout, tier_bounds=tier_bounds, top_k=top_k,
                                   num_cohorts=num_cohorts, slowest_only=slowest_only,
-                                  p100_only=True)
+                                  p100_only=True, restart=True)
     if policy.transient:
         # a flow whose pre-failure slots cross a dead link lost bytes there until it reacts
         alive_ext = jnp.concatenate([alive, jnp.array([True])])

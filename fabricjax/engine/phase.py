@@ -230,7 +230,8 @@ def prepare_phase(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: 
 def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state: dict, alive,
                capacity, key_data, options: dict, eps, max_rounds, cohort, offset, *,
                settings: tuple, layout, tier_bounds, top_k: int, num_cohorts: int = 1,
-               slowest_only: bool = False, p100_only: bool = False, clock_rows: int = 0
+               slowest_only: bool = False, p100_only: bool = False, clock_rows: int = 0,
+               restart: bool = False
                ) -> tuple[Reaction, PhaseResult]:
     """The phase program (traceable): the policy's reaction, then its split evaluated through
     the routes (`routes.evaluate`: slots -> links -> incidence -> loads, rates, times).
@@ -239,10 +240,15 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
     arrival cohorts (`engine.timing`); the keyword arguments are static: `layout` the
     fabric's four structural link ranges (the policy's), `tier_bounds` the statistics'
     tiers, `clock_rows` the rows of an adapting policy's speed record (`Policy.clock_rows`;
-    0 for failure sets, whose flow times are not reported)."""
+    0 for failure sets, whose flow times are not reported); `restart` (a failure set, from
+    the baseline's slots): `Policy.restart` reacts, without a speed record."""
     key = jax.random.wrap_key_data(key_data)
-    reaction = policy.react(routes, phase, plane, choice, state, alive, capacity, key, options,
-                            settings, layout, clock_rows=clock_rows)
+    if restart:
+        reaction = policy.restart(routes, phase, plane, choice, state, alive, capacity, key,
+                                  options, settings, layout)
+    else:
+        reaction = policy.react(routes, phase, plane, choice, state, alive, capacity, key,
+                                options, settings, layout, clock_rows=clock_rows)
     # padding flows (`pad_phase`: no demand; every real flow offers some) carry no weight
     reaction = reaction._replace(weights=jnp.where(phase.demand[:, None] > 0,
                                                    reaction.weights, 0.0))

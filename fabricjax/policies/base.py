@@ -270,6 +270,15 @@ class Policy:
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
         return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))
 
+    def restart(self, routes: Any, phase: PhaseArrays, plane, choice, state: dict, alive,
+                capacity, key, options: dict, settings: tuple, layout: tuple) -> Reaction:
+        """`react` for a failure set, which starts from the no-failure outcome's slots (the
+        warm start; options from `failure_options`): the same reaction, which a policy may
+        compute a faster way for what a failure record reports (the iteration trace may be
+        left out). `react` by default."""
+        return self.react(routes, phase, plane, choice, state, alive, capacity, key, options,
+                          settings, layout)
+
 
 # Where a spraying policy's entropy values land. routed: the sender names each EV's path
 # (MRC's SRv6 source routes), distinct and even across a plane's spines; hashed: every switch

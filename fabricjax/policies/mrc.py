@@ -51,6 +51,7 @@ the table.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Annotated, Literal, NamedTuple
 
 import jax
@@ -380,5 +381,124 @@ class Mrc(Policy):
                         status=mrc.status, residual=mrc.residual, trace=mrc.trace,
                         speeds=clock[0], final_speed=clock[1])
 
+    def restart(self, routes, phase, plane, choice, state, alive, capacity, key, options,
+                settings, layout) -> Reaction:
+        # the same EV sets as `react` (mrc_restart), without the trace
+        (max_iters,) = settings
+        mrc = mrc_restart(routes, plane, choice, phase.demand, capacity, alive, key,
+                          options["threshold"], options["damping"], options["tol"],
+                          max_iters=max_iters, patience=options["patience"],
+                          fabric_range=(layout[1][0], layout[2][1]))
+        links = routes.slot_links(plane, mrc.spine)
+        weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
+        return Reaction(choice=mrc.spine, weights=weights, iterations=mrc.iterations,
+                        status=mrc.status, residual=mrc.residual)
+
 
 MRC = register(Mrc())
+
+
+# --------------------------------------------------------------------------- failure sets
+
+class MrcRestart(NamedTuple):
+    spine: jax.Array        # int32[F, K]: as MrcResult.spine
+    iterations: jax.Array   # int32 scalar
+    status: jax.Array       # int32 scalar
+    residual: jax.Array     # float scalar: overload of the returned EV set
+
+
+def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, damping, tol,
+                *, max_iters: int, patience, fabric_range: tuple[int, int]) -> MrcRestart:
+    """`mrc_fixed_point` for a failure set's warm start, the same iterations bit for bit (the
+    same EV sets, iterations, status and residual; tests/test_mrc_restart.py checks it) for
+    what a failure record reports, in less time: a hop's utilisation is gathered per hop
+    (XLA's CPU gather over an [F, K, 2] index and its max took 7x as long as two [F, K] ones),
+    a moving EV's first live candidate is chosen by selects instead of a gather, the residual
+    is carried instead of measured again after the loop, and no trace is kept."""
+    num_links = capacity.shape[0]
+    num_flows, num_slots = spine.shape
+    alive_ext = jnp.concatenate([alive, jnp.array([True])])
+    fabric_lo, fabric_hi = fabric_range
+    cross = routes.choice_matters(plane)
+    host_dead = ~routes.host_ok(plane, alive_ext)
+
+    def per_hop(table, hops, combine):
+        return functools.reduce(combine, [table[hops[..., h]] for h in range(hops.shape[-1])])
+
+    def measure(spine, fabric_ok):
+        hops = routes.controlled_hops(plane, spine)
+        live = (~host_dead & fabric_ok).astype(jnp.float32)
+        rate = demand[:, None] * live / jnp.maximum(live.sum(axis=1, keepdims=True), 1.0)
+        load = routes.slot_loads(plane, spine, rate, num_links + 1)
+        util, usable = _utilisation(load, capacity, alive)
+        util_ext = jnp.concatenate([util, jnp.zeros(1)])
+        fabric_dead = cross & ~fabric_ok
+        controlled = jnp.where(fabric_dead, jnp.inf, per_hop(util_ext, hops, jnp.maximum))
+        p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
+        fabric_load = load[fabric_lo:fabric_hi]
+        usable_cap = jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
+        level = threshold * jnp.maximum(
+            jnp.sum(fabric_load) / jnp.maximum(jnp.sum(usable_cap), 1e-30), 1.0)
+        overload = jnp.sum(jnp.maximum(fabric_load - level * usable_cap, 0.0)) / jnp.maximum(
+            jnp.sum(fabric_load), 1e-30)
+        marked = cross & ~host_dead & ((controlled > level) | fabric_dead)
+        dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)
+        return controlled, marked, p100, overload, dead_evs, level
+
+    ev_index = jnp.arange(num_flows * num_slots, dtype=jnp.uint32).reshape(spine.shape)
+    seed_words = jax.random.bits(key, (2,), jnp.uint32)
+    choice_alive = routes.choice_alive_lookup(plane, alive_ext)
+    fabric_ok0 = per_hop(alive_ext, routes.controlled_hops(plane, spine), jnp.logical_and)
+    controlled0, marked0, p100_0, overload0, dead0, level0 = measure(spine, fabric_ok0)
+    init = (spine, fabric_ok0, controlled0, marked0, overload0, overload0, jnp.int32(0), jnp.int32(0),
+            spine, dead0, p100_0, overload0, level0)
+
+    def cond(state):
+        _, _, _, marked, _, _, since_best, it = state[:8]
+        return jnp.any(marked) & (since_best < patience) & (it < max_iters)
+
+    def body(state):
+        (spine, fabric_ok, controlled, marked, _, best, since_best, it, best_spine, best_dead, best_p100,
+         best_overload, level) = state
+        # materialised once: fused into its users, the hash was computed again for each
+        bits = jax.lax.optimization_barrier(hash_bits(ev_index, seed_words, it))
+        dead = ~jnp.isfinite(controlled)
+        share_over = jnp.where(dead, 1.0,
+                               (controlled - level) / jnp.maximum(controlled, 1e-30))
+        p_move = jnp.where(marked, jnp.where(dead, 1.0, jnp.clip(damping * share_over, 0, 1)),
+                           0.0)
+        move = (bits >> 16).astype(jnp.float32) < p_move * jnp.float32(65536.0)
+        candidates = routes.alternatives(plane, spine, bits, RETARGET_DRAWS)
+        live = choice_alive(candidates)
+        # the first live candidate (the first one when none is: then nothing moves), as
+        # argmax and take_along_axis would pick it
+        target = candidates[..., 0]
+        for d in reversed(range(1, candidates.shape[-1])):    # RETARGET_DRAWS, static
+            target = jnp.where(live[..., d] & ~jnp.any(live[..., :d], axis=-1),
+                               candidates[..., d], target)
+        move = move & jnp.any(live, axis=-1) & routes.can_move()
+        new_spine = jnp.where(move, target, spine).astype(spine.dtype)
+        # an EV only moves onto a live path, and the mask does not change within a set
+        fabric_ok = fabric_ok | move
+        controlled, marked, p100, overload, dead_evs, level = measure(new_spine, fabric_ok)
+        improved = overload < best * (1.0 - tol)
+        best = jnp.minimum(best, overload)
+        since_best = jnp.where(improved, 0, since_best + 1)
+        same_dead = dead_evs == best_dead
+        better = (dead_evs < best_dead) | (same_dead & (p100 < best_p100)) | (
+            same_dead & (p100 == best_p100) & (overload < best_overload))
+        best_spine = jnp.where(better, new_spine, best_spine)
+        best_dead = jnp.where(better, dead_evs, best_dead)
+        best_p100 = jnp.where(better, p100, best_p100)
+        best_overload = jnp.where(better, overload, best_overload)
+        return (new_spine, fabric_ok, controlled, marked, overload, best, since_best, it + 1, best_spine,
+                best_dead, best_p100, best_overload, level)
+
+    (last_spine, _, _, last_marked, last_overload, _, since_best, it, best_spine, _, _,
+     best_overload, _) = jax.lax.while_loop(cond, body, init)
+    balanced = ~jnp.any(last_marked)
+    status = jnp.where(balanced, MRC_BALANCED,
+                       jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
+    return MrcRestart(spine=jnp.where(balanced, last_spine, best_spine), iterations=it,
+                      status=status.astype(jnp.int32),
+                      residual=jnp.where(balanced, last_overload, best_overload))

@@ -90,6 +90,11 @@ class RoutesMixin:
         return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive,
                               **settings)
 
+    def choice_alive_lookup(self, plane, alive_ext):
+        """A function of `choice` equal to `choice_alive(plane, choice, alive_ext)`, for one
+        mask looked up again and again (mrc's iterations on one failure set)."""
+        return lambda choice: self.choice_alive(plane, choice, alive_ext)
+
 
 @jax.tree_util.register_pytree_node_class
 class ClosRoutes(RoutesMixin):
@@ -175,6 +180,43 @@ class ClosRoutes(RoutesMixin):
         expand = (slice(None), slice(None)) + (None,) * extra
         return fabric_hops_alive(self.geom, plane[expand], src_t0[expand], dst_t0[expand],
                                  choice, alive_ext)
+
+    def choice_alive_lookup(self, plane, alive_ext):
+        """`choice_alive` for one mask, looked up again and again without a gather: each
+        slot's live spines as a bit set (uint32[F, K, W], W = ceil(S / 32), both fabric hops
+        alive), so a lookup is a select and a shift (XLA's CPU gathers cost 1-2 ms per
+        million, elementwise work a tenth of that)."""
+        g = self.geom
+        words = -(-g.spines // 32)
+        shift = jnp.arange(32, dtype=jnp.uint32)
+
+        def packed(start):              # uint32[P * T, W]: tier `start`'s alive as bit sets
+            ok = alive_ext[start:start + g.planes * g.t0s * g.spines].reshape(-1, g.spines)
+            ok = jnp.pad(ok, ((0, 0), (0, words * 32 - g.spines)))
+            return jnp.sum(ok.reshape(-1, words, 32).astype(jnp.uint32) << shift, axis=-1,
+                           dtype=jnp.uint32)
+
+        # per (flow, plane), then per slot: slot k is on plane k % P (as `host_ok` reads it)
+        src_t0, dst_t0 = self._t0s()
+        planes = jnp.arange(g.planes)[None, :]
+        table = (packed(g.tier_starts[1])[planes * g.t0s + src_t0] &
+                 packed(g.tier_starts[2])[planes * g.t0s + dst_t0])         # [F, P, W]
+        num_flows, num_slots = plane.shape
+        if num_slots % g.planes == 0:       # a broadcast, not a gather
+            table = jnp.broadcast_to(table[:, None], (num_flows, num_slots // g.planes) +
+                                     table.shape[1:]).reshape(num_flows, num_slots, words)
+        else:
+            table = jnp.take(table, jnp.arange(num_slots) % g.planes, axis=1)
+
+        def lookup(choice):
+            extra = choice.ndim - plane.ndim
+            rows = table.reshape(table.shape[:2] + (1,) * extra + (words,))
+            word = rows[..., 0]
+            for w in range(1, words):      # W words, static (2 at 64 spines)
+                word = jnp.where(choice >> 5 == w, rows[..., w], word)
+            return ((word >> (choice & 31).astype(jnp.uint32)) & 1) == 1
+
+        return lookup
 
     def alternatives(self, plane, choice, bits, draws: int):
         """int[F, K, D]: D other spines of the same plane in cyclic order from a uniform
