@@ -469,14 +469,14 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
                            0.0)
         move = (bits >> 16).astype(jnp.float32) < p_move * jnp.float32(65536.0)
         candidates = routes.alternatives(plane, spine, bits, RETARGET_DRAWS)
-        live = choice_alive(candidates)
-        # the first live candidate (the first one when none is: then nothing moves), as
-        # argmax and take_along_axis would pick it
-        target = candidates[..., 0]
-        for d in reversed(range(1, candidates.shape[-1])):    # RETARGET_DRAWS, static
-            target = jnp.where(live[..., d] & ~jnp.any(live[..., :d], axis=-1),
-                               candidates[..., d], target)
-        move = move & jnp.any(live, axis=-1) & routes.can_move()
+        # the first live candidate, as argmax and take_along_axis pick it, by selects over
+        # the candidates one at a time (a reduction over that short last axis was slow)
+        target, found = candidates[..., 0], choice_alive(candidates[..., 0])
+        for d in range(1, candidates.shape[-1]):              # RETARGET_DRAWS, static
+            live = choice_alive(candidates[..., d])
+            target = jnp.where(~found & live, candidates[..., d], target)
+            found = found | live
+        move = move & found & routes.can_move()
         new_spine = jnp.where(move, target, spine).astype(spine.dtype)
         # an EV only moves onto a live path, and the mask does not change within a set
         fabric_ok = fabric_ok | move
