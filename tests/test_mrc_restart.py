@@ -138,13 +138,15 @@ def test_restart_matches_fixed_point_on_random_masks(seed):
 @pytest.mark.parametrize("case", range(4))
 def test_choice_alive_lookup_is_the_gather(case):
     """Bit sets of live spines: the same answer as gathering both fabric hops, for choices
-    with and without trailing axes, on random masks (W = 1 to 3 words of spines)."""
+    with and without trailing axes, on random masks (W = 1 to 3 words of spines); and
+    `slot_alive` as the gather of a path's four hops."""
     rng = np.random.default_rng(case)
     fabric = build_fabric(FabricConfig(**FABRICS[case][0]))
     g = fabric.geometry
     flows, slots = 50, 4 * g.planes
     src = rng.integers(0, g.gpus, flows).astype(np.int32)
     dst = rng.integers(0, g.gpus, flows).astype(np.int32)
+    dst[:10] = src[:10] ^ 1                                  # some flows stay in their T0
     routes = ClosRoutes(g, jnp.asarray(src), jnp.asarray(dst))
     plane = np.broadcast_to(np.arange(slots, dtype=np.int32) % g.planes, (flows, slots))
     for dead in (0.0, 0.1, 0.5):
@@ -154,6 +156,11 @@ def test_choice_alive_lookup_is_the_gather(case):
             choice = rng.integers(0, g.spines, shape).astype(np.int32)
             np.testing.assert_array_equal(lookup(choice),
                                           routes.choice_alive(plane, choice, alive_ext))
+        # a slot's whole path (NIC ports too; a same-T0 flow has no fabric hop)
+        choice = rng.integers(0, g.spines, (flows, slots)).astype(np.int32)
+        links = routes.slot_links(plane, choice)
+        np.testing.assert_array_equal(routes.slot_alive(plane, choice, alive_ext),
+                                      np.all(alive_ext[np.asarray(links)], axis=-1))
 
 
 @pytest.mark.parametrize("slots", [8, 12, 6])

@@ -86,8 +86,7 @@ def _one_set(policy: Policy, routes, phase, plane, choice, state, options, key_d
     if policy.transient:
         # a flow whose pre-failure slots cross a dead link lost bytes there until it reacts
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
-        links = routes.slot_links(plane, choice)
-        hit = jnp.any(~jnp.all(alive_ext[links], axis=-1), axis=1)
+        hit = jnp.any(~routes.slot_alive(plane, choice, alive_ext), axis=1)
         affected = jnp.sum(sending & hit).astype(jnp.int32)
     else:
         affected = jnp.int32(0)

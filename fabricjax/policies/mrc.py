@@ -389,9 +389,7 @@ class Mrc(Policy):
                           options["threshold"], options["damping"], options["tol"],
                           max_iters=max_iters, patience=options["patience"],
                           fabric_range=(layout[1][0], layout[2][1]))
-        links = routes.slot_links(plane, mrc.spine)
-        weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
-        return Reaction(choice=mrc.spine, weights=weights, iterations=mrc.iterations,
+        return Reaction(choice=mrc.spine, weights=mrc.weights, iterations=mrc.iterations,
                         status=mrc.status, residual=mrc.residual)
 
 
@@ -405,6 +403,7 @@ class MrcRestart(NamedTuple):
     iterations: jax.Array   # int32 scalar
     status: jax.Array       # int32 scalar
     residual: jax.Array     # float scalar: overload of the returned EV set
+    weights: jax.Array      # float[F, K]: `uniform_live_split` of the returned EV set
 
 
 def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, damping, tol,
@@ -414,7 +413,9 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
     what a failure record reports, in less time: a hop's utilisation is gathered per hop
     (XLA's CPU gather over an [F, K, 2] index and its max took 7x as long as two [F, K] ones),
     a moving EV's first live candidate is chosen by selects instead of a gather, the residual
-    is carried instead of measured again after the loop, and no trace is kept."""
+    is carried instead of measured again after the loop, no trace is kept, and the returned
+    EV set's equal split over its live paths comes with it (`uniform_live_split`, its paths
+    checked by `routes.slot_alive`)."""
     num_links = capacity.shape[0]
     num_flows, num_slots = spine.shape
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
@@ -499,6 +500,8 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
     balanced = ~jnp.any(last_marked)
     status = jnp.where(balanced, MRC_BALANCED,
                        jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
-    return MrcRestart(spine=jnp.where(balanced, last_spine, best_spine), iterations=it,
-                      status=status.astype(jnp.int32),
-                      residual=jnp.where(balanced, last_overload, best_overload))
+    spine_out = jnp.where(balanced, last_spine, best_spine)
+    live = routes.slot_alive(plane, spine_out, alive_ext).astype(jnp.float32)
+    return MrcRestart(spine=spine_out, iterations=it, status=status.astype(jnp.int32),
+                      residual=jnp.where(balanced, last_overload, best_overload),
+                      weights=live / jnp.maximum(live.sum(axis=1, keepdims=True), 1.0))

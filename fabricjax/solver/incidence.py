@@ -19,13 +19,15 @@ every fabric: `evaluate` (a split over the slots evaluated: loads, rates, times)
 `split_incidence` (its (ids, coef)), `slot_links` (link ids [F, K, H]), `incidence` (the solver's (ids, coef)),
 `slot_loads` (loads from per-slot rates), `controlled_hops` (the switch-to-switch hops a
 load balancer's choice moves), `host_ok` (a slot's NIC ports alive), `choice_matters`,
-`alternatives` (other choices of the same plane, for mrc's swaps) and `rehash` (a live
-choice for a dead one, for ECMP after reconvergence). Index L (`sentinel`) pads everything:
+`alternatives` (other choices of the same plane, for mrc's swaps), `rehash` (a live
+choice for a dead one, for ECMP after reconvergence), `slot_alive` (a slot's whole path
+alive) and `choice_alive_lookup` (`choice_alive` for one mask, asked again and again). Index L (`sentinel`) pads everything:
 infinite capacity, always alive.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -94,6 +96,13 @@ class RoutesMixin:
         """A function of `choice` equal to `choice_alive(plane, choice, alive_ext)`, for one
         mask looked up again and again (mrc's iterations on one failure set)."""
         return lambda choice: self.choice_alive(plane, choice, alive_ext)
+
+    def slot_alive(self, plane, choice, alive_ext):
+        """bool[F, K]: every hop of every slot's path alive (`uniform_live_split`'s test),
+        hop by hop (XLA's CPU reduction over a short last axis was slow)."""
+        links = self.slot_links(plane, choice)
+        return functools.reduce(jnp.logical_and,
+                                [alive_ext[links[..., h]] for h in range(links.shape[-1])])
 
 
 @jax.tree_util.register_pytree_node_class
@@ -190,6 +199,13 @@ class ClosRoutes(RoutesMixin):
         return fabric_hops_alive(self.geom, plane[expand], src_t0[expand], dst_t0[expand],
                                  choice, alive_ext)
 
+    def slot_alive(self, plane, choice, alive_ext):
+        """bool[F, K]: every hop of every slot's path alive: its NIC ports (`host_ok`,
+        gathered per plane) and, leaving its T0, its two fabric hops; half the gathers of
+        the four hops'."""
+        return self.host_ok(plane, alive_ext) & (
+            ~self.choice_matters(plane) | self.choice_alive(plane, choice, alive_ext))
+
     def choice_alive_lookup(self, plane, alive_ext):
         """`choice_alive` for one mask, looked up again and again without a gather: each
         slot's live spines as a bit set (uint32[F, K, W], W = ceil(S / 32), both fabric hops
@@ -210,15 +226,25 @@ class ClosRoutes(RoutesMixin):
         planes = jnp.arange(g.planes)[None, :]
         table = (packed(g.tier_starts[1])[planes * g.t0s + src_t0] &
                  packed(g.tier_starts[2])[planes * g.t0s + dst_t0])         # [F, P, W]
-        table = self._per_slot(table, plane.shape[1])                       # [F, K, W]
+        num_flows, num_slots = plane.shape
+        # [F, K / P, P, ...] views of the choices when P divides K, so that the [F, P, W]
+        # table broadcasts (an [F, K, W] copy of it cost more than the lookups)
+        grouped = num_slots % g.planes == 0
+        if not grouped:
+            table = self._per_slot(table, num_slots)                        # [F, K, W]
 
         def lookup(choice):
-            extra = choice.ndim - plane.ndim
-            rows = table.reshape(table.shape[:2] + (1,) * extra + (words,))
+            extra = choice.shape[2:]
+            if grouped:
+                choice = choice.reshape((num_flows, -1, g.planes) + extra)
+                rows = table.reshape((num_flows, 1, g.planes) + (1,) * len(extra) + (words,))
+            else:
+                rows = table.reshape((num_flows, num_slots) + (1,) * len(extra) + (words,))
             word = rows[..., 0]
             for w in range(1, words):      # W words, static (2 at 64 spines)
                 word = jnp.where(choice >> 5 == w, rows[..., w], word)
-            return ((word >> (choice & 31).astype(jnp.uint32)) & 1) == 1
+            ok = ((word >> (choice & 31).astype(jnp.uint32)) & 1) == 1
+            return ok.reshape((num_flows, num_slots) + extra)
 
         return lookup
 
