@@ -226,25 +226,15 @@ class ClosRoutes(RoutesMixin):
         planes = jnp.arange(g.planes)[None, :]
         table = (packed(g.tier_starts[1])[planes * g.t0s + src_t0] &
                  packed(g.tier_starts[2])[planes * g.t0s + dst_t0])         # [F, P, W]
-        num_flows, num_slots = plane.shape
-        # [F, K / P, P, ...] views of the choices when P divides K, so that the [F, P, W]
-        # table broadcasts (an [F, K, W] copy of it cost more than the lookups)
-        grouped = num_slots % g.planes == 0
-        if not grouped:
-            table = self._per_slot(table, num_slots)                        # [F, K, W]
+        table = self._per_slot(table, plane.shape[1])                       # [F, K, W]
 
         def lookup(choice):
-            extra = choice.shape[2:]
-            if grouped:
-                choice = choice.reshape((num_flows, -1, g.planes) + extra)
-                rows = table.reshape((num_flows, 1, g.planes) + (1,) * len(extra) + (words,))
-            else:
-                rows = table.reshape((num_flows, num_slots) + (1,) * len(extra) + (words,))
+            extra = choice.ndim - plane.ndim
+            rows = table.reshape(table.shape[:2] + (1,) * extra + (words,))
             word = rows[..., 0]
             for w in range(1, words):      # W words, static (2 at 64 spines)
                 word = jnp.where(choice >> 5 == w, rows[..., w], word)
-            ok = ((word >> (choice & 31).astype(jnp.uint32)) & 1) == 1
-            return ok.reshape((num_flows, num_slots) + extra)
+            return ((word >> (choice & 31).astype(jnp.uint32)) & 1) == 1
 
         return lookup
 
