@@ -156,11 +156,13 @@ def test_choice_alive_lookup_is_the_gather(case):
             choice = rng.integers(0, g.spines, shape).astype(np.int32)
             np.testing.assert_array_equal(lookup(choice),
                                           routes.choice_alive(plane, choice, alive_ext))
-        # a slot's whole path (NIC ports too; a same-T0 flow has no fabric hop)
+        # a slot's whole path (NIC ports too; a same-T0 flow has no fabric hop), on any
+        # planes (ECMP's QPs are not on plane k % P)
         choice = rng.integers(0, g.spines, (flows, slots)).astype(np.int32)
-        links = routes.slot_links(plane, choice)
-        np.testing.assert_array_equal(routes.slot_alive(plane, choice, alive_ext),
-                                      np.all(alive_ext[np.asarray(links)], axis=-1))
+        for planes in (plane, rng.integers(0, g.planes, (flows, slots)).astype(np.int32)):
+            links = routes.slot_links(planes, choice)
+            np.testing.assert_array_equal(routes.slot_alive(planes, choice, alive_ext),
+                                          np.all(alive_ext[np.asarray(links)], axis=-1))
 
 
 @pytest.mark.parametrize("slots", [8, 12, 6])

@@ -200,11 +200,13 @@ class ClosRoutes(RoutesMixin):
                                  choice, alive_ext)
 
     def slot_alive(self, plane, choice, alive_ext):
-        """bool[F, K]: every hop of every slot's path alive: its NIC ports (`host_ok`,
-        gathered per plane) and, leaving its T0, its two fabric hops; half the gathers of
-        the four hops'."""
-        return self.host_ok(plane, alive_ext) & (
-            ~self.choice_matters(plane) | self.choice_alive(plane, choice, alive_ext))
+        """bool[F, K]: every hop of every slot's path alive: its NIC ports and, leaving its
+        T0, its two fabric hops (four [F, K] gathers, no [F, K, 4] path array)."""
+        g = self.geom
+        host = (alive_ext[g.gpu_up(plane, self.src[:, None])] &
+                alive_ext[g.gpu_down(plane, self.dst[:, None])])
+        return host & (~self.choice_matters(plane) |
+                       self.choice_alive(plane, choice, alive_ext))
 
     def choice_alive_lookup(self, plane, alive_ext):
         """`choice_alive` for one mask, looked up again and again without a gather: each
