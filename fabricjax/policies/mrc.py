@@ -399,6 +399,8 @@ MRC = register(Mrc())
 # --------------------------------------------------------------------------- failure sets
 
 class MrcRestart(NamedTuple):
+    """What `mrc_restart` returns: the MrcResult fields a failure set reports, and the split."""
+
     spine: jax.Array        # int32[F, K]: as MrcResult.spine
     iterations: jax.Array   # int32 scalar
     status: jax.Array       # int32 scalar
