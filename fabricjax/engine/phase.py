@@ -247,8 +247,11 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
         reaction = policy.restart(routes, phase, plane, choice, state, alive, capacity, key,
                                   options, settings, layout)
     else:
+        # asked for only when wanted: a policy written to the older `react` signature (a
+        # plugin, the docs' toy) has no `clock_rows` and keeps working
+        clock = {"clock_rows": clock_rows} if clock_rows else {}
         reaction = policy.react(routes, phase, plane, choice, state, alive, capacity, key,
-                                options, settings, layout, clock_rows=clock_rows)
+                                options, settings, layout, **clock)
     # padding flows (`pad_phase`: no demand; every real flow offers some) carry no weight
     reaction = reaction._replace(weights=jnp.where(phase.demand[:, None] > 0,
                                                    reaction.weights, 0.0))
