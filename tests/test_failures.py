@@ -1010,13 +1010,17 @@ def test_study_all_policies(world):
     by = collections.defaultdict(list)
     for r in study.records:
         by[r["policy"]].append(r)
+    # a GPU that lost every plane leaves its flows without a live path: whatever the policy
+    # reacts with, the job stalls for good, fails past the transport timeout and restarts
+    restart = 64 * 130.0           # the scenario's transport timeout plus restart
     for r in by["mrc"]:
         assert r["affected_flows"] >= 2
-        assert r["crash"] is False
-        assert r["stall_s"] == pytest.approx(50e-6)
-        assert r["gpu_seconds_lost"] == pytest.approx(64 * 50e-6)
+        assert r["crash"] is True and r["completion_s"] is None
+        assert r["stall_s"] == pytest.approx(50e-6)     # mrc's reaction window still shows
+        assert r["gpu_seconds_lost"] == pytest.approx(restart)
     for r in by["optimal"]:
-        assert r["stall_s"] is None and r["gpu_seconds_lost"] is None and r["crash"] is False
+        assert r["stall_s"] is None and r["crash"] is True
+        assert r["gpu_seconds_lost"] == pytest.approx(restart)
     for policy in ("ecmp", "spray"):
         assert all(r["crash"] for r in by[policy])
 
