@@ -4,8 +4,10 @@ and gives the same numbers; keys are the same in every process."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental.serialize_executable import serialize
 
 from fabricjax.core import executables
 from fabricjax.core.executables import MAGIC, PREFIX, Unkeyable, cached_jit, fingerprint
@@ -121,6 +124,34 @@ def test_a_bad_entry_falls_back_and_gives_the_same_numbers(exec_cache, damage):
     # the fresh compile replaced the bad entry: the next process loads it
     _call()
     assert TRACES == ["mrc", "mrc"]
+
+
+def _big_program(x):
+    """Large enough that XLA:CPU runs it asynchronously: an error surfaces when read."""
+    return {"sum": jnp.sum(jnp.sin(x) * 2.0), "max": jnp.max(x) * 3.0}
+
+
+def test_an_entry_that_fails_when_run_falls_back(exec_cache):
+    """An entry that checks out but whose program fails when run (an executable that XLA:CPU
+    loaded from JAX's cache and serialised again: its code is missing, and on a large input
+    XLA says so only when the result is read) is rejected, and the call gives the right
+    numbers."""
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    x = np.linspace(0.0, 1.0, 4_000_000, dtype=np.float32)
+    want = jax.jit(_big_program)(x)            # JAX's cache now holds the program
+    jax.clear_caches()
+    fun = cached_jit(_big_program)
+    reloaded = fun.jitted.lower(x).compile()   # deserialised from JAX's cache
+    dynamic, record = fun._split((x,), {})
+    key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+    serialized, _, out_tree = serialize(reloaded)
+    payload = pickle.dumps((serialized, out_tree))
+    (exec_cache / f"{PREFIX}{key}-cache").write_bytes(executables._pack(record, payload))
+    rejected = executables.counters()["rejected"]
+    got = cached_jit(_big_program)(x)
+    assert executables.counters()["rejected"] == rejected + 1, "the broken entry ran"
+    for k in want:
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]))
 
 
 def test_other_inputs_are_other_programs(exec_cache):

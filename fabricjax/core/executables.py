@@ -312,8 +312,9 @@ class CachedJit:
         compiled = self._load(where, key, record, dynamic)
         _state["load_s"] += time.perf_counter() - start
         if compiled is not None:
-            try:    # a loaded program's first run: a bad one fails before any effect
-                out = compiled(*dynamic[0], **dynamic[1])
+            try:    # a loaded program's first run: a bad one fails before any effect (waited
+                # for: XLA reports a broken executable when the result is read, not at dispatch)
+                out = jax.block_until_ready(compiled(*dynamic[0], **dynamic[1]))
             except Exception:       # noqa: BLE001 -- then the jit path answers
                 self._reject(where, key)
                 _state["fallbacks"] += 1
