@@ -60,7 +60,6 @@ import jax.numpy as jnp
 from fabricjax.core.status import Status
 
 RECORDS = 256           # time-series points (the host sets the stride)
-ACK_BYTES = 16384.0     # an ACK per 16 KiB of new data (htsim's receiver) unless marked
 FAST_DELAY_S = 1e-6     # htsim's fast increase: delay under 1 us for a whole window
 TINY = 1e-30
 MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
@@ -68,6 +67,7 @@ LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
 NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
 QUICK_ADAPT = True
 PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
+BITMAP_NACK = 4.0      # htsim's bitmap: a NACK's penalty in skipped visits (an ECN echo's: 1)
 RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
 
 
@@ -88,6 +88,7 @@ class DynamicParams(NamedTuple):
     fi_scale: jax.Array
     gamma: jax.Array
     delay_alpha: jax.Array
+    ack_packets: jax.Array
     max_steps: jax.Array
     stride: jax.Array
     seed: jax.Array
@@ -166,7 +167,7 @@ def _path(signals_at):
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
                      max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
                      params: DynamicParams, *,
-                     recycle: bool, lag: int) -> Dynamic:
+                     ev_rule: str, lag: int) -> Dynamic:
     """Run the phase until every flow is done or `params.max_steps` (see the module).
 
     links int32[F, K, H] (sentinel L); share float32[F, K] initial split (0 on dead slots);
@@ -224,6 +225,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         rate = jnp.minimum(uncapped,
                            s.remaining / (dt * jnp.maximum(through_seen, MIN_THROUGH)))
         slot_rate = rate[:, None] * s.share
+        # packets per clean ACK: a packet that fills the window or empties the backlog asks
+        # for an ACK at once (uec.cpp, the AR flag), so a window-limited flow or one sending
+        # its last bytes is ACKed packet by packet, one held back by its NIC every 16 KiB
+        per_ack = jnp.where((scale < 1.0) & (rate >= uncapped), p.ack_packets, 1.0)
         # arrivals: hop h gets what the hops before it forwarded in the last step
         upstream = jnp.cumprod(s.forward[links], axis=-1)
         reach = jnp.concatenate([jnp.ones_like(upstream[..., :1]), upstream[..., :-1]], -1)
@@ -266,9 +271,13 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         wait = jnp.where(real & (queue <= 0.0),
                          merging * jnp.minimum(packet_wait(arrive, capacity, p.pkt),
                                                others * p.pkt / capacity), 0.0)
-        # the last byte is in whichever used slot's queue drains last
-        now_delay = jnp.max(jnp.where(s.share > 0, (queue / capacity + wait)[links].sum(-1),
-                                      0.0), axis=1)
+        # the last byte is in whichever used slot's queue drains last, as it stood when that
+        # byte joined it (`frac` into the step, arrivals spread evenly over the step), not at
+        # the step's end: a short flow's last bytes leave while the queues they built drain
+        net = jnp.where(finite_cap, arrive - capacity, 0.0) * dt
+        joined = jnp.clip(s.queue[links] + net[links] * frac[:, None, None], 0.0,
+                          buffer[links]) / capacity[links]
+        now_delay = jnp.max(jnp.where(s.share > 0, (joined + wait[links]).sum(-1), 0.0), axis=1)
         finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
         # ---- NSCC on what came back this step
         acked = gone
@@ -282,7 +291,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         delay_clean = (unmarked_w * seen_delay).sum(1) / jnp.maximum(unmarked_w.sum(1), TINY)
         unmarked = acked * (1.0 - mark_f)
         packets = acked / p.pkt
-        acks = unmarked / ACK_BYTES + mark_f * packets
+        acks = unmarked / (p.pkt * per_ack) + mark_f * packets
         weight = 1.0 - (1.0 - p.delay_alpha) ** acks
         sample_clean = jnp.where(delay_clean > p.target, 0.25 * base_rtt, delay_clean)
         sample = mark_f * delay_marked + (1.0 - mark_f) * sample_clean
@@ -323,14 +332,27 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         trigger = jnp.where(due, False, trigger)
         qa_clock = jnp.where(due, now + base_rtt + p.target, s.qa_clock)
         window = jnp.where(sending, jnp.clip(window, p.mtu, max_window), s.window)
-        # ---- the policy at ACK time
-        if recycle:
-            bad = jnp.clip(seen_mark + (1.0 - seen_pass), 0.0, 1.0) * live_f
-            out = s.share * bad
-            moved = out - out.sum(1, keepdims=True) * live_f / n_live
-            share = s.share - jnp.where(sending, dt / rtt, 0.0)[:, None] * moved
-        else:
+        # ---- the policy at ACK time: the EV mix the sender draws from, reached within an RTT
+        if ev_rule == "reps":
+            # REPS: an EV comes back to the buffer with a clean ACK (one per ack_packets
+            # unmarked packets, none with a marked or trimmed one) and is used once; every
+            # other packet draws a fresh EV uniformly at random
+            clean_ev = s.share * seen_pass * (1.0 - seen_mark) * live_f
+            clean_sum = clean_ev.sum(1, keepdims=True)
+            reuse = jnp.clip(clean_sum / per_ack[:, None], 0.0, 1.0)
+            aim = ((1.0 - reuse) * live_f / n_live +
+                   reuse * clean_ev / jnp.maximum(clean_sum, TINY))
+        elif ev_rule == "bitmap":
+            # the bitmap walk skips an EV once per ECN echo and four times per NACK: per visit
+            # it sends with probability 1 / (1 + marks + 4 trims) per packet sent on it
+            penalty = seen_mark * seen_pass + BITMAP_NACK * (1.0 - seen_pass)
+            visits = live_f / (1.0 + penalty)
+            aim = visits / jnp.maximum(visits.sum(1, keepdims=True), TINY)
+        if ev_rule == "fixed":
             share = s.share
+        else:
+            share = s.share + jnp.where(sending, jnp.minimum(dt / rtt, 1.0),
+                                        0.0)[:, None] * (aim - s.share)
         # ---- records
         signals = _link_signals(queue, capacity, kmin, kmax, passed, wait)
         history = s.history.at[s.step % (lag + 1)].set(signals)
