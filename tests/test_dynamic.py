@@ -175,14 +175,19 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         delay = (s * sd).sum(1)
         rtt = base_rtt + delay
         want = np.where(sending, W / rtt, 0.0)
-        offered = np.zeros(nic.size)
-        for f in range(num_flows):
-            offered[src[f]] += want[f]
-        unc = np.array([want[f] * min(1.0, nic[src[f]] / max(offered[src[f]], 1e-30))
-                        for f in range(num_flows)])
+        # the NIC's round robin: textbook water-filling, GPU by GPU, smallest demand first
+        unc = np.zeros(num_flows)
+        nic_bound = np.zeros(num_flows, bool)
+        for g in range(nic.size):
+            mine = sorted((want[f], f) for f in range(num_flows) if src[f] == g and want[f] > 0)
+            left = nic[g]
+            for i, (w, f) in enumerate(mine):
+                fair = left / (len(mine) - i)
+                unc[f] = min(w, fair)
+                nic_bound[f] = w > fair
+                left -= unc[f]
         thr = (s * sp).sum(1)
         rate = np.minimum(unc, R / (dt * np.maximum(thr, dyn.MIN_THROUGH)))
-        nic_bound = np.array([offered[src[f]] > nic[src[f]] for f in range(num_flows)])
         per_ack = np.where(nic_bound & (rate >= unc), p["ack_packets"], 1.0)
         A = np.zeros(num_links)
         per_flow = np.zeros((num_flows, num_links))
@@ -305,7 +310,7 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule):
     src = np.array([0, 1, 1, 2], np.int32)
     nic = np.full(gpus, 12.5e9)
     base = np.array([9e-6, 10e-6, 8e-6, 9.5e-6])
-    max_window = 1.5 * base * 12.5e9
+    max_window = 1.5 * base * 12.5e9 * np.array([1.0, 1.0, 0.3, 1.0])   # GPU 1: unequal asks
     capacity = np.r_[np.full(num_links, 12.5e9) * rng.uniform(0.3, 1.0, num_links), np.inf]
     buffer = np.r_[capacity[:-1] * 6e-6, np.inf]
     kmin, kmax = np.r_[0.2 * buffer[:-1], 1e30], np.r_[0.8 * buffer[:-1], 2e30]

@@ -16,7 +16,11 @@ diameter x (data packet + ACK) serialisation at the port rate; BDP in packets = 
 port rate / packet); queue = 1 BDP (trimming on); ECN Kmin / Kmax = ceil(0.2 / 0.8 BDP)
 packets; a degraded link scales its queue and thresholds with its speed. A policy declares its
 reaction at ACK time (`Policy.feedback`): "recycle" starts from an equal split over its live
-slots and moves bytes off marked and trimmed EVs; "fixed" keeps the static split.
+slots and picks its EVs as htsim's bitmap walk does (`MRC_EV_RULE`: skipping marked and
+trimmed EVs; solver.dynamic also has REPS's rule); "fixed" keeps the static split over one
+connection's slots; "connections" keeps it too, but every slot is a connection of its own
+(ECMP's QPs: its own bytes, its own NSCC window bounded by 1.5 BDP of the port it leaves by, as
+uec.cpp bounds a connection by its NIC port's speed), and the flow ends with its slowest one.
 """
 
 from __future__ import annotations

@@ -24,11 +24,17 @@ One step:
    load, which htsim's sprayed packets meet (bench/fidelity);
 4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
    fraction where it does, plus the queueing delay of the slowest slot it uses (its last
-   packets are on every slot);
-5. the window follows NSCC (below), and the policy reacts: `recycle` (MRC/REPS) moves, per
-   RTT, the share of every slot whose packets came back marked or trimmed onto the flow's live
-   slots uniformly (a fresh EV), keeping the clean ones; `fixed` (ECMP's QPs, spraying's EV
-   cycle) keeps its shares, trimmed bytes resent over all of them.
+   packets are on every slot) as the queues stood when its last byte joined them (the queue
+   at the step's start plus the step's net inflow up to that fraction);
+5. the window follows NSCC (below), and the policy picks the EVs of the next packets
+   (`ev_rule`, moving the shares toward that mix within an RTT, from the signals the sender
+   sees): `fixed` (spraying's EV cycle; ECMP, whose QPs the host runs as flows of their own)
+   keeps its shares, trimmed bytes resent over all of them; `bitmap`, htsim's bitmap walk
+   (uec_mp.cpp, UecMpBitmap): the walk skips an EV once per ECN echo and BITMAP_NACK times
+   per NACK, so an EV with mark probability m and trim share t gets 1 / (1 + m + 4 t) of its
+   visits; `reps`, htsim's REPS (UecMpReps, buffer_reps.cpp): every clean ACK puts its EV
+   back for one reuse, every other packet draws an EV uniformly at random, so the mix is
+   (1 - q) uniform + q (the shares of the clean EVs) with q the clean ACKs per packet.
 
 NSCC, as htsim's `uec.cpp` (github.com/ultraethernet/uet-htsim at 40ccb05,
 `UecSrc::initNsccParams`, `updateCwndOnAck_NSCC`, `updateCwndOnNack_NSCC`, `quick_adapt`,
@@ -41,7 +47,10 @@ full window came back with less than 1 us of delay; all applied as inc / W; eta 
 per network RTT; a marked ACK with delay >= target and the average delay above target cuts W
 by max(1 - 0.8 (avg - target) / avg, 0.5) at most once per base RTT; the delay average is an
 EWMA of weight 0.0125 per ACK (an ACK per 16 KiB, and one per marked packet) whose unmarked
-samples above target count as a quarter base RTT; a NACK (trim) removes its bytes from W and
+samples above target count as a quarter base RTT (a packet that fills the window or ends the
+backlog asks for an ACK at once, the AR flag of `UecSrc::sendNewPacket`, so a window-limited
+flow and a flow's last bytes are ACKed packet by packet; a flow held back by its NIC every
+`ack_packets` packets, 16 KiB, `UecSink::shouldSack`); a NACK (trim) removes its bytes from W and
 triggers quick adapt (W = bytes ACKed in the last base RTT + target, when below maxwnd / 8);
 W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top. The
 delays compared with the target are those of the marked and of the unmarked ACKs apart
@@ -68,14 +77,15 @@ NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
 QUICK_ADAPT = True
 PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
 BITMAP_NACK = 4.0      # htsim's bitmap: a NACK's penalty in skipped visits (an ECN echo's: 1)
+NIC_ROUNDS = 4         # water-filling rounds of the NIC's round robin
 RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
 
 
 class DynamicParams(NamedTuple):
     """Traced settings of one run (float32 scalars unless noted): dt (s); pkt wire bytes per
     packet; mtu (bytes, the smallest window); target (s, target queueing delay); network_rtt
-    (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha (no unit); max_steps,
-    stride (int32: steps between time-series records); seed (int32: the marks' draws)."""
+    (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha, ack_packets (packets
+    per ACK of a flow its NIC holds back) (no unit); max_steps, stride (int32: steps between time-series records); seed (int32: the marks' draws)."""
 
     dt: jax.Array
     pkt: jax.Array
@@ -146,6 +156,23 @@ def packet_wait(arrive, capacity, pkt):
     return PACKET_QUEUEING * pkt / capacity * rho / (2.0 * (1.0 - rho))
 
 
+def nic_round_robin(want, src, nic, num_gpus: int):
+    """float[F] bytes/s each flow gets of its GPU's NIC (`nic` [N]) when it asks for `want`:
+    max-min fair (water-filling, NIC_ROUNDS rounds: exact for up to that many distinct levels
+    of satisfied demand, else within them), what a per-packet round robin gives."""
+    active = (want > 0).astype(jnp.float32)
+    count = jax.ops.segment_sum(active, src, num_segments=num_gpus)
+    level = nic / jnp.maximum(count, 1.0)
+    for _ in range(NIC_ROUNDS):
+        capped = (want > 0) & (want <= level[src])
+        used = jax.ops.segment_sum(jnp.where(capped, want, 0.0), src, num_segments=num_gpus)
+        left = count - jax.ops.segment_sum(capped.astype(jnp.float32), src,
+                                           num_segments=num_gpus)
+        level = jnp.where(left > 0, jnp.maximum(nic - used, 0.0) / jnp.maximum(left, 1.0),
+                          jnp.inf)
+    return jnp.minimum(want, level[src])
+
+
 def _link_signals(queue, capacity, kmin, kmax, passed, wait):
     """float[L+1, 3]: queueing delay (s), ECN mark probability, share passed, per link
     (`wait`: the packet-level wait on top of the fluid queue)."""
@@ -177,7 +204,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     float32[L+1] (bytes/s, bytes; the sentinel: capacity inf, buffer inf); multiplexed
     float32[L+1] 1 where packets of independent senders meet (0 on the NICs' own links, paced
     by the NIC, and the sentinel); pair int32[F, K, H] the (flow, link) pair of every entry
-    and pair_link int32[P] its link (the host's np.unique). recycle, lag
+    and pair_link int32[P] its link (the host's np.unique). ev_rule ("fixed", "bitmap",
+    "reps"), lag
     (steps of feedback delay): static."""
     num_flows, num_slots, hops = links.shape
     num_links = capacity.shape[0]
@@ -216,9 +244,9 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         delay_f = (s.share * seen_delay).sum(1)
         rtt = base_rtt + delay_f
         want = jnp.where(sending, s.window / rtt, 0.0)
-        # the NIC: its GPU's flows share it in proportion (per-packet round robin)
-        offered = jax.ops.segment_sum(want, src, num_segments=num_gpus)
-        scale = jnp.minimum(1.0, nic / jnp.maximum(offered, TINY))[src]
+        # the NIC: its GPU's flows share it max-min fairly (uec.cpp's UecNIC serves the
+        # sources that may send in a round robin, a packet each)
+        scale = nic_round_robin(want, src, nic, num_gpus) / jnp.maximum(want, TINY)
         # never much past what is left: the last step sends what should get through
         through_seen = (s.share * seen_pass).sum(1)
         uncapped = want * scale
