@@ -235,8 +235,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                     w = 0.0
                     for h in range(hops):
                         l = links[f, k, h]
-                        net = (A[l] - capacity[l]) * dt if np.isfinite(capacity[l]) else 0.0
-                        w += min(max(Q[l] + net * frac, 0.0), buffer[l]) / capacity[l] + wait[l]
+                        w += (Q[l] + (Qn[l] - Q[l]) * frac) / capacity[l] + wait[l]
                     waits.append(w)
             finish[f] = now + frac * dt + max(waits, default=0.0)
         gone = np.where(done, R, np.minimum(ok, R))

@@ -24,8 +24,8 @@ One step:
    load, which htsim's sprayed packets meet (bench/fidelity);
 4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
    fraction where it does, plus the queueing delay of the slowest slot it uses (its last
-   packets are on every slot) as the queues stood when its last byte joined them (the queue
-   at the step's start plus the step's net inflow up to that fraction);
+   packets are on every slot) as the queues stood when its last byte joined them (between
+   the queue at the step's start and at its end, at that fraction);
 5. the window follows NSCC (below), and the policy picks the EVs of the next packets
    (`ev_rule`, moving the shares toward that mix within an RTT, from the signals the sender
    sees): `fixed` (spraying's EV cycle; ECMP, whose QPs the host runs as flows of their own)
@@ -300,12 +300,12 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
                          merging * jnp.minimum(packet_wait(arrive, capacity, p.pkt),
                                                others * p.pkt / capacity), 0.0)
         # the last byte is in whichever used slot's queue drains last, as it stood when that
-        # byte joined it (`frac` into the step, arrivals spread evenly over the step), not at
-        # the step's end: a short flow's last bytes leave while the queues they built drain
-        net = jnp.where(finite_cap, arrive - capacity, 0.0) * dt
-        joined = jnp.clip(s.queue[links] + net[links] * frac[:, None, None], 0.0,
-                          buffer[links]) / capacity[links]
-        now_delay = jnp.max(jnp.where(s.share > 0, (joined + wait[links]).sum(-1), 0.0), axis=1)
+        # byte joined it (`frac` into the step: between the step's start and end queues), not
+        # at the step's end: a short flow's last bytes leave while the queues they built drain
+        ends = jnp.stack([s.queue / capacity + wait, (queue - s.queue) / capacity], -1)
+        path_ends = ends[links].sum(2)                                   # [F, K, 2]
+        joined = path_ends[..., 0] + frac[:, None] * path_ends[..., 1]
+        now_delay = jnp.max(jnp.where(s.share > 0, joined, 0.0), axis=1)
         finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
         # ---- NSCC on what came back this step
         acked = gone
