@@ -202,11 +202,12 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         # every slot is its own connection (a QP): its own bytes, its own window bounded by
         # 1.5 BDP of the port it leaves by (uec.cpp's update_base_rtt: the NIC's link speed);
         # the flow is done when its slowest connection is
-        first = np.minimum(links[:, :, 0], num_links - 1)
-        slot_rate = fabric_gbps[first] * 1e9 / 8
+        port_link = np.minimum(links[:, :, 0], num_links - 1)   # an empty slot carries 0
+        slot_rate = fabric_gbps[port_link] * 1e9 / 8
         size = (size[:, None] * share).reshape(-1)
         max_window = (1.5 * base[:, None] * np.minimum(slot_rate, flow_nic[:, None])).reshape(-1)
-        conn_rate = float(np.median(np.minimum(slot_rate, flow_nic[:, None])[share > 0]))
+        used = np.minimum(slot_rate, flow_nic[:, None])[share > 0]
+        conn_rate = float(np.median(used)) if used.size else conn_rate
         expand = lambda a: np.repeat(a, num_slots, axis=0)   # noqa: E731
         base, src, start = expand(base), expand(src), expand(start)
         links = links.reshape(-1, 1, hops)

@@ -85,7 +85,8 @@ class DynamicParams(NamedTuple):
     """Traced settings of one run (float32 scalars unless noted): dt (s); pkt wire bytes per
     packet; mtu (bytes, the smallest window); target (s, target queueing delay); network_rtt
     (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha, ack_packets (packets
-    per ACK of a flow its NIC holds back) (no unit); max_steps, stride (int32: steps between time-series records); seed (int32: the marks' draws)."""
+    per ACK of a flow its NIC holds back) (no unit); max_steps, stride (int32: steps between
+    time-series records); seed (int32: the marks' draws)."""
 
     dt: jax.Array
     pkt: jax.Array
