@@ -124,7 +124,7 @@ def test_memory_refused_with_advice():
 # --------------------------------------------------------------------------- slow reference
 
 def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
-              buffer, kmin, kmax, multiplexed, p, *, recycle, lag, steps, p_seed=11):
+              buffer, kmin, kmax, multiplexed, p, *, ev_rule, lag, steps, p_seed=11):
     """The module's step, flow by flow and hop by hop in float64 numpy loops."""
     num_flows, num_slots, hops = links.shape
     num_links = capacity.size
@@ -157,6 +157,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
     delivered = np.zeros(num_flows)
     trimmed = np.zeros(num_flows)
     link_bytes = np.zeros(num_links)
+    finish = np.where(size > 0, np.inf, start)
     dt = p["dt"]
     key = jax.random.key(p_seed)
     for step in range(steps):
@@ -174,13 +175,20 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         delay = (s * sd).sum(1)
         rtt = base_rtt + delay
         want = np.where(sending, W / rtt, 0.0)
-        offered = np.zeros(nic.size)
-        for f in range(num_flows):
-            offered[src[f]] += want[f]
-        unc = np.array([want[f] * min(1.0, nic[src[f]] / max(offered[src[f]], 1e-30))
-                        for f in range(num_flows)])
+        # the NIC's round robin: textbook water-filling, GPU by GPU, smallest demand first
+        unc = np.zeros(num_flows)
+        nic_bound = np.zeros(num_flows, bool)
+        for g in range(nic.size):
+            mine = sorted((want[f], f) for f in range(num_flows) if src[f] == g and want[f] > 0)
+            left = nic[g]
+            for i, (w, f) in enumerate(mine):
+                fair = left / (len(mine) - i)
+                unc[f] = min(w, fair)
+                nic_bound[f] = w > fair
+                left -= unc[f]
         thr = (s * sp).sum(1)
         rate = np.minimum(unc, R / (dt * np.maximum(thr, dyn.MIN_THROUGH)))
+        per_ack = np.where(nic_bound & (rate >= unc), p["ack_packets"], 1.0)
         A = np.zeros(num_links)
         per_flow = np.zeros((num_flows, num_links))
         P2 = np.zeros(num_links)
@@ -217,6 +225,19 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                 ok[f] += rate[f] * s[f, k] * dt * th
                 lost[f] += rate[f] * s[f, k] * dt * (1 - th)
         done = sending & (ok >= R - dyn.LAST_BYTE)
+        for f in np.flatnonzero(done):
+            # the last byte waits behind each used slot's queue as it stood when it joined
+            got = ok[f] * unc[f] / max(rate[f], 1e-30)
+            frac = min(R[f] / max(got, 1e-30), 1.0)
+            waits = []
+            for k in range(num_slots):
+                if s[f, k] > 0:
+                    w = 0.0
+                    for h in range(hops):
+                        l = links[f, k, h]
+                        w += (Q[l] + (Qn[l] - Q[l]) * frac) / capacity[l] + wait[l]
+                    waits.append(w)
+            finish[f] = now + frac * dt + max(waits, default=0.0)
         gone = np.where(done, R, np.minimum(ok, R))
         R = np.where(done, 0.0, R - gone)
         delivered += gone
@@ -227,7 +248,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         d_clean = (clean * (1 - sm) * sd).sum(1) / np.maximum((clean * (1 - sm)).sum(1), 1e-30)
         unm = gone * (1 - mark)
         pk = gone / p["pkt"]
-        acks = unm / dyn.ACK_BYTES + mark * pk
+        acks = unm / (p["pkt"] * per_ack) + mark * pk
         wgt = 1 - (1 - p["delay_alpha"]) ** acks
         sc_ = np.where(d_clean > p["target"], 0.25 * base_rtt, d_clean)
         sample = mark * d_mark + (1 - mark) * sc_
@@ -259,19 +280,24 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         trig = np.where(due, False, trig)
         qa_clock = np.where(due, now + base_rtt + p["target"], qa_clock)
         W = np.where(sending, np.clip(Wn, p["mtu"], max_window), W)
-        if recycle:
-            bad = np.clip(sm + (1 - sp), 0, 1) * live
-            out = s * bad
-            n_live = np.maximum(live.sum(1, keepdims=True), 1)
-            moved = out - out.sum(1, keepdims=True) * live / n_live
-            s = s - np.where(sending, dt / rtt, 0)[:, None] * moved
+        n_live = np.maximum(live.sum(1, keepdims=True), 1)
+        if ev_rule == "reps":
+            good = s * sp * (1 - sm) * live
+            reuse = np.clip(good.sum(1, keepdims=True) / per_ack[:, None], 0, 1)
+            aim = (1 - reuse) * live / n_live + reuse * good / np.maximum(
+                good.sum(1, keepdims=True), 1e-30)
+        elif ev_rule == "bitmap":
+            visits = live / (1 + sm * sp + dyn.BITMAP_NACK * (1 - sp))
+            aim = visits / visits.sum(1, keepdims=True)
+        if ev_rule != "fixed":
+            s = s + np.where(sending, np.minimum(dt / rtt, 1), 0)[:, None] * (aim - s)
         Q = Qn
         hist[step % (lag + 1)] = signals(Q, passed, wait)
-    return delivered, trimmed, link_bytes[:-1], R
+    return delivered, trimmed, link_bytes[:-1], finish
 
 
-@pytest.mark.parametrize("recycle", [False, True])
-def test_a_few_steps_match_the_numpy_reference(recycle):
+@pytest.mark.parametrize("ev_rule", ["fixed", "reps", "bitmap"])
+def test_a_few_steps_match_the_numpy_reference(ev_rule):
     rng = np.random.default_rng(5)
     num_links, num_flows, num_slots, hops, gpus = 6, 4, 3, 3, 3
     links = rng.integers(0, num_links + 1, (num_flows, num_slots, hops)).astype(np.int32)
@@ -283,14 +309,14 @@ def test_a_few_steps_match_the_numpy_reference(recycle):
     src = np.array([0, 1, 1, 2], np.int32)
     nic = np.full(gpus, 12.5e9)
     base = np.array([9e-6, 10e-6, 8e-6, 9.5e-6])
-    max_window = 1.5 * base * 12.5e9
+    max_window = 1.5 * base * 12.5e9 * np.array([1.0, 1.0, 0.3, 1.0])   # GPU 1: unequal asks
     capacity = np.r_[np.full(num_links, 12.5e9) * rng.uniform(0.3, 1.0, num_links), np.inf]
     buffer = np.r_[capacity[:-1] * 6e-6, np.inf]
     kmin, kmax = np.r_[0.2 * buffer[:-1], 1e30], np.r_[0.8 * buffer[:-1], 2e30]
     multiplexed = np.r_[np.ones(num_links), 0.0]
     p = dict(dt=1.2e-6, pkt=4160.0, mtu=4160.0, target=7e-6, network_rtt=9.5e-6,
              alpha=4 * 4096 * 0.8 * 0.6 / 7e-6, fi=5 * 4096 * 0.8, eta=0.15 * 4096 * 0.8,
-             fi_scale=0.2, gamma=0.8, delay_alpha=0.0125)
+             fi_scale=0.2, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0)
     steps, lag = 30, 2
     params = dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
                                max_steps=np.int32(steps), stride=np.int32(1),
@@ -301,14 +327,16 @@ def test_a_few_steps_match_the_numpy_reference(recycle):
                                max_window.astype(f32), capacity.astype(f32),
                                buffer.astype(f32), kmin.astype(f32), kmax.astype(f32),
                                multiplexed.astype(f32), *flow_link_pairs(links, num_links),
-                               params, recycle=recycle, lag=lag)
-    delivered, trimmed, link_bytes, remaining = reference(
+                               params, ev_rule=ev_rule, lag=lag)
+    delivered, trimmed, link_bytes, finish = reference(
         links, share, live, size, start, src, nic, base, max_window, capacity, buffer, kmin,
-        kmax, multiplexed, p, recycle=recycle, lag=lag, steps=steps)
+        kmax, multiplexed, p, ev_rule=ev_rule, lag=lag, steps=steps)
     assert trimmed.sum() > 0                       # the case trims, so the path is exercised
     np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
     np.testing.assert_allclose(np.asarray(out.trimmed), trimmed, rtol=2e-3, atol=64)
     np.testing.assert_allclose(np.asarray(out.link_bytes), link_bytes, rtol=2e-3, atol=64)
+    assert np.isfinite(finish).any()               # a flow finishes within the steps
+    np.testing.assert_allclose(np.asarray(out.finish), finish, rtol=2e-3)
 
 
 def test_base_rtt_is_htsims():

@@ -16,7 +16,11 @@ diameter x (data packet + ACK) serialisation at the port rate; BDP in packets = 
 port rate / packet); queue = 1 BDP (trimming on); ECN Kmin / Kmax = ceil(0.2 / 0.8 BDP)
 packets; a degraded link scales its queue and thresholds with its speed. A policy declares its
 reaction at ACK time (`Policy.feedback`): "recycle" starts from an equal split over its live
-slots and moves bytes off marked and trimmed EVs; "fixed" keeps the static split.
+slots and picks its EVs as htsim's bitmap walk does (`MRC_EV_RULE`: skipping marked and
+trimmed EVs; solver.dynamic also has REPS's rule); "fixed" keeps the static split over one
+connection's slots; "connections" keeps it too, but every slot is a connection of its own
+(ECMP's QPs: its own bytes, its own NSCC window bounded by 1.5 BDP of the port it leaves by, as
+uec.cpp bounds a connection by its NIC port's speed), and the flow ends with its slowest one.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ DT_RTT = 1 / 8          # a step is this share of the network's base RTT
 LAG_RTT = 0.5           # the sender sees the links' state this many base RTTs late
 HORIZON_STATIC = 12.0   # the step bound: this many static completions ...
 HORIZON_RTTS = 200.0    # ... plus this many base RTTs
+ACK_PAYLOAD = 16384     # htsim's receiver ACKs every 16 KiB of new data (UecSink)
+MRC_EV_RULE = "bitmap"  # the EV choice mrc follows in time (solver.dynamic: bitmap, reps)
 REFERENCE_BDP = 100e9 / 8 * 12e-6   # NSCC's reference: 100 Gbit/s x 12 us (bytes)
 BYTES_PER_ENTRY = 64    # device bytes per (flow, slot, hop) entry: ids, gathers, the scatter
 BYTES_PER_SLOT = 48     # per (flow, slot): shares, rates, signals
@@ -112,7 +118,7 @@ def flow_link_pairs(links: np.ndarray, num_links: int) -> tuple[np.ndarray, np.n
             (unique % (num_links + 1)).astype(np.int32))
 
 
-_run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "recycle", "lag"))
+_run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "ev_rule", "lag"))
 
 
 def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
@@ -130,6 +136,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         static = solve_policy_phase(policy, scenario, fabric, flows, stream, alive=alive,
                                     slots=slots)
     recycle = policy.feedback == "recycle"
+    connections = policy.feedback == "connections"
     # a recycling policy starts from its initial EVs (spraying's draw), not from the static
     # level's fixed point; a fixed one keeps the static choice (ECMP re-hashed after failures)
     split = static.split
@@ -171,6 +178,26 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     flow_nic = nic[flows.src]
     base = base_rtt_s(scenario, flow_h)
     max_window = 1.5 * base * flow_nic
+    src = flows.src
+    start = relative_starts(flows)          # the device sees no absolute clock
+    fabric_gbps = np.asarray(fabric.capacity, np.float64)
+    # the rate NSCC's constants scale with: the NIC's (one connection over all its ports)
+    conn_rate = float(np.median(nic))
+    if connections:
+        # every slot is its own connection (a QP): its own bytes, its own window bounded by
+        # 1.5 BDP of the port it leaves by (uec.cpp's update_base_rtt: the NIC's link speed);
+        # the flow is done when its slowest connection is
+        port_link = np.minimum(links[:, :, 0], num_links - 1)   # an empty slot carries 0
+        slot_rate = fabric_gbps[port_link] * 1e9 / 8
+        size = (size[:, None] * share).reshape(-1)
+        max_window = (1.5 * base[:, None] * np.minimum(slot_rate, flow_nic[:, None])).reshape(-1)
+        used = np.minimum(slot_rate, flow_nic[:, None])[share > 0]
+        conn_rate = float(np.median(used)) if used.size else conn_rate
+        expand = lambda a: np.repeat(a, num_slots, axis=0)   # noqa: E731
+        base, src, start = expand(base), expand(src), expand(start)
+        links = links.reshape(-1, 1, hops)
+        live = np.ones((links.shape[0], 1), bool)
+        share = np.ones((links.shape[0], 1))
     # queues and ECN thresholds from the BDP in packets at the port rate, scaled by speed
     bdp_pkts = math.ceil(network_rtt * port / pkt)
     capacity = np.where(alive_mask, fabric.capacity.astype(np.float64) * 1e9 / 8, 1.0)
@@ -183,15 +210,14 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     multiplexed = np.ones(num_links)
     multiplexed[host_up[0]:host_up[1]] = 0.0
     pair, pair_link = flow_link_pairs(links, num_links)
-    # NSCC's constants (solver.dynamic), scaled by the network BDP at the NIC rate
+    # NSCC's constants (solver.dynamic), scaled by the network BDP at the connection's rate
     mss = cfg.mtu_bytes
-    scale_a = network_rtt * float(np.median(nic)) / REFERENCE_BDP
+    scale_a = network_rtt * conn_rate / REFERENCE_BDP
     target = 0.75 * network_rtt
     scale_b = target / 12e-6
     dt = network_rtt * DT_RTT
     lag = max(int(round(LAG_RTT / DT_RTT)), 0)
     static_s = static.fabric_end_s          # the static level's end, on the wire
-    start = relative_starts(flows)          # the device sees no absolute clock
     horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + float(start.max(
         initial=0.0))
     max_steps = int(min(math.ceil(horizon / dt), 2**24))
@@ -200,24 +226,33 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         dt=dt, pkt=float(pkt), mtu=float(pkt), target=target, network_rtt=network_rtt,
         alpha=4.0 * mss * scale_a * scale_b / target, fi=5.0 * mss * scale_a,
         eta=0.15 * mss * scale_a, fi_scale=0.25 * scale_a, gamma=0.8, delay_alpha=0.0125,
-        max_steps=max_steps, stride=stride,
+        ack_packets=ACK_PAYLOAD / mss, max_steps=max_steps, stride=stride,
         seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31)
     f32 = np.float32
     ext = lambda a, fill: np.r_[a, fill].astype(f32)   # noqa: E731 - the sentinel's value
     args = jax.device_put((
         links, share.astype(f32), live, size.astype(f32), start.astype(f32),
-        flows.src.astype(np.int32), nic.astype(f32), base.astype(f32),
+        src.astype(np.int32), nic.astype(f32), base.astype(f32),
         max_window.astype(f32), ext(capacity, np.inf), ext(buffer, np.inf),
         ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0), pair, pair_link,
         DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
                         for name, v in zip(DynamicParams._fields, params)))))
-    out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:],
-                              recycle=recycle, lag=lag))
+    ev_rule = MRC_EV_RULE if recycle else "fixed"
+    out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:], ev_rule=ev_rule, lag=lag))
     finish = np.asarray(out.finish, np.float64)
+    delivered = np.asarray(out.delivered, np.float64)
+    trimmed = np.asarray(out.trimmed, np.float64)
+    start = relative_starts(flows)
+    if connections:
+        last = np.argmax(finish.reshape(num_flows, num_slots), axis=1)   # its slowest QP
+        finish = finish.reshape(num_flows, num_slots)[np.arange(num_flows), last]
+        delivered = delivered.reshape(num_flows, num_slots).sum(1)
+        trimmed = trimmed.reshape(num_flows, num_slots).sum(1)
+        size = size.reshape(num_flows, num_slots).sum(1)
     # FCT at the sender: its last byte acknowledged (0 extra with the transport off)
     fct = np.where(np.isfinite(finish),
-                   finish - start + transport_latency_s(scenario, flow_h, acknowledged=True),
-                   np.inf)
+                   finish - start +
+                   transport_latency_s(scenario, flow_h, acknowledged=True), np.inf)
     sending = flows.size > 0
     end = float(np.max(np.where(sending, finish, 0.0), initial=0.0))
     span = max(end, dt)
@@ -231,8 +266,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     return DynamicOutcome(
         fct_s=fct, completion_s=end, p100_time_avg=p100,
         p100_static=float(static.result.stats[0, 2]),
-        delivered_bytes=np.asarray(out.delivered, np.float64), size_bytes=size,
-        trimmed_bytes=np.asarray(out.trimmed, np.float64),
+        delivered_bytes=delivered, size_bytes=size, trimmed_bytes=trimmed,
         max_fill=float(np.max(out.max_fill, initial=0.0)),
         link_fill=np.asarray(out.max_fill, np.float64), series=series, steps=steps,
         dt_s=dt, status=int(out.status), static=static)

@@ -169,8 +169,10 @@ class Policy:
     colour: str = ""
     line_style: Any = None   # its reference line beside another's iteration trace (matplotlib)
     # its reaction at ACK time in the dynamic level (engine.dynamic): "fixed" keeps the split
-    # `react` gives (ECMP's QPs, spraying's EV cycle); "recycle" starts from an equal split over
-    # the live slots and moves bytes off EVs that come back marked or trimmed (MRC, REPS)
+    # `react` gives over one connection's slots (spraying's EV cycle); "connections" keeps it
+    # too, every slot its own connection with its own bytes and window (ECMP's QPs);
+    # "recycle" starts from an equal split over the live slots and draws EVs as REPS does,
+    # reusing those that come back clean (MRC)
     feedback: str = "fixed"
     aggregatable: bool = False
     memory_profile: str = "split"

@@ -45,6 +45,7 @@ class Ecmp(Policy):
     colour: str = "#d62728"      # red: the hash collisions
     line_style: object = ":"
     aggregatable: bool = True
+    feedback: str = "connections"   # every QP is its own connection (engine.dynamic)
     memory_profile: str = "rehash"
 
     def qps(self, scenario: Scenario) -> int:

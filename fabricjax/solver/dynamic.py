@@ -24,11 +24,17 @@ One step:
    load, which htsim's sprayed packets meet (bench/fidelity);
 4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
    fraction where it does, plus the queueing delay of the slowest slot it uses (its last
-   packets are on every slot);
-5. the window follows NSCC (below), and the policy reacts: `recycle` (MRC/REPS) moves, per
-   RTT, the share of every slot whose packets came back marked or trimmed onto the flow's live
-   slots uniformly (a fresh EV), keeping the clean ones; `fixed` (ECMP's QPs, spraying's EV
-   cycle) keeps its shares, trimmed bytes resent over all of them.
+   packets are on every slot) as the queues stood when its last byte joined them (between
+   the queue at the step's start and at its end, at that fraction);
+5. the window follows NSCC (below), and the policy picks the EVs of the next packets
+   (`ev_rule`, moving the shares toward that mix within an RTT, from the signals the sender
+   sees): `fixed` (spraying's EV cycle; ECMP, whose QPs the host runs as flows of their own)
+   keeps its shares, trimmed bytes resent over all of them; `bitmap`, htsim's bitmap walk
+   (uec_mp.cpp, UecMpBitmap): the walk skips an EV once per ECN echo and BITMAP_NACK times
+   per NACK, so an EV with mark probability m and trim share t gets 1 / (1 + m + 4 t) of its
+   visits; `reps`, htsim's REPS (UecMpReps, buffer_reps.cpp): every clean ACK puts its EV
+   back for one reuse, every other packet draws an EV uniformly at random, so the mix is
+   (1 - q) uniform + q (the shares of the clean EVs) with q the clean ACKs per packet.
 
 NSCC, as htsim's `uec.cpp` (github.com/ultraethernet/uet-htsim at 40ccb05,
 `UecSrc::initNsccParams`, `updateCwndOnAck_NSCC`, `updateCwndOnNack_NSCC`, `quick_adapt`,
@@ -41,7 +47,10 @@ full window came back with less than 1 us of delay; all applied as inc / W; eta 
 per network RTT; a marked ACK with delay >= target and the average delay above target cuts W
 by max(1 - 0.8 (avg - target) / avg, 0.5) at most once per base RTT; the delay average is an
 EWMA of weight 0.0125 per ACK (an ACK per 16 KiB, and one per marked packet) whose unmarked
-samples above target count as a quarter base RTT; a NACK (trim) removes its bytes from W and
+samples above target count as a quarter base RTT (a packet that fills the window or ends the
+backlog asks for an ACK at once, the AR flag of `UecSrc::sendNewPacket`, so a window-limited
+flow and a flow's last bytes are ACKed packet by packet; a flow held back by its NIC every
+`ack_packets` packets, 16 KiB, `UecSink::shouldSack`); a NACK (trim) removes its bytes from W and
 triggers quick adapt (W = bytes ACKed in the last base RTT + target, when below maxwnd / 8);
 W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top. The
 delays compared with the target are those of the marked and of the unmarked ACKs apart
@@ -60,7 +69,6 @@ import jax.numpy as jnp
 from fabricjax.core.status import Status
 
 RECORDS = 256           # time-series points (the host sets the stride)
-ACK_BYTES = 16384.0     # an ACK per 16 KiB of new data (htsim's receiver) unless marked
 FAST_DELAY_S = 1e-6     # htsim's fast increase: delay under 1 us for a whole window
 TINY = 1e-30
 MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
@@ -68,14 +76,17 @@ LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
 NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
 QUICK_ADAPT = True
 PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
+BITMAP_NACK = 4.0      # htsim's bitmap: a NACK's penalty in skipped visits (an ECN echo's: 1)
+NIC_ROUNDS = 4         # water-filling rounds of the NIC's round robin
 RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
 
 
 class DynamicParams(NamedTuple):
     """Traced settings of one run (float32 scalars unless noted): dt (s); pkt wire bytes per
     packet; mtu (bytes, the smallest window); target (s, target queueing delay); network_rtt
-    (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha (no unit); max_steps,
-    stride (int32: steps between time-series records); seed (int32: the marks' draws)."""
+    (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha, ack_packets (packets
+    per ACK of a flow its NIC holds back) (no unit); max_steps, stride (int32: steps between
+    time-series records); seed (int32: the marks' draws)."""
 
     dt: jax.Array
     pkt: jax.Array
@@ -88,6 +99,7 @@ class DynamicParams(NamedTuple):
     fi_scale: jax.Array
     gamma: jax.Array
     delay_alpha: jax.Array
+    ack_packets: jax.Array
     max_steps: jax.Array
     stride: jax.Array
     seed: jax.Array
@@ -145,6 +157,23 @@ def packet_wait(arrive, capacity, pkt):
     return PACKET_QUEUEING * pkt / capacity * rho / (2.0 * (1.0 - rho))
 
 
+def nic_round_robin(want, src, nic, num_gpus: int):
+    """float[F] bytes/s each flow gets of its GPU's NIC (`nic` [N]) when it asks for `want`:
+    max-min fair (water-filling, NIC_ROUNDS rounds: exact for up to that many distinct levels
+    of satisfied demand, else within them), what a per-packet round robin gives."""
+    active = (want > 0).astype(jnp.float32)
+    count = jax.ops.segment_sum(active, src, num_segments=num_gpus)
+    level = nic / jnp.maximum(count, 1.0)
+    for _ in range(NIC_ROUNDS):
+        capped = (want > 0) & (want <= level[src])
+        used = jax.ops.segment_sum(jnp.where(capped, want, 0.0), src, num_segments=num_gpus)
+        left = count - jax.ops.segment_sum(capped.astype(jnp.float32), src,
+                                           num_segments=num_gpus)
+        level = jnp.where(left > 0, jnp.maximum(nic - used, 0.0) / jnp.maximum(left, 1.0),
+                          jnp.inf)
+    return jnp.minimum(want, level[src])
+
+
 def _link_signals(queue, capacity, kmin, kmax, passed, wait):
     """float[L+1, 3]: queueing delay (s), ECN mark probability, share passed, per link
     (`wait`: the packet-level wait on top of the fluid queue)."""
@@ -166,7 +195,7 @@ def _path(signals_at):
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
                      max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
                      params: DynamicParams, *,
-                     recycle: bool, lag: int) -> Dynamic:
+                     ev_rule: str, lag: int) -> Dynamic:
     """Run the phase until every flow is done or `params.max_steps` (see the module).
 
     links int32[F, K, H] (sentinel L); share float32[F, K] initial split (0 on dead slots);
@@ -176,7 +205,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     float32[L+1] (bytes/s, bytes; the sentinel: capacity inf, buffer inf); multiplexed
     float32[L+1] 1 where packets of independent senders meet (0 on the NICs' own links, paced
     by the NIC, and the sentinel); pair int32[F, K, H] the (flow, link) pair of every entry
-    and pair_link int32[P] its link (the host's np.unique). recycle, lag
+    and pair_link int32[P] its link (the host's np.unique). ev_rule ("fixed", "bitmap",
+    "reps"), lag
     (steps of feedback delay): static."""
     num_flows, num_slots, hops = links.shape
     num_links = capacity.shape[0]
@@ -215,15 +245,19 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         delay_f = (s.share * seen_delay).sum(1)
         rtt = base_rtt + delay_f
         want = jnp.where(sending, s.window / rtt, 0.0)
-        # the NIC: its GPU's flows share it in proportion (per-packet round robin)
-        offered = jax.ops.segment_sum(want, src, num_segments=num_gpus)
-        scale = jnp.minimum(1.0, nic / jnp.maximum(offered, TINY))[src]
+        # the NIC: its GPU's flows share it max-min fairly (uec.cpp's UecNIC serves the
+        # sources that may send in a round robin, a packet each)
+        scale = nic_round_robin(want, src, nic, num_gpus) / jnp.maximum(want, TINY)
         # never much past what is left: the last step sends what should get through
         through_seen = (s.share * seen_pass).sum(1)
         uncapped = want * scale
         rate = jnp.minimum(uncapped,
                            s.remaining / (dt * jnp.maximum(through_seen, MIN_THROUGH)))
         slot_rate = rate[:, None] * s.share
+        # packets per clean ACK: a packet that fills the window or empties the backlog asks
+        # for an ACK at once (uec.cpp, the AR flag), so a window-limited flow or one sending
+        # its last bytes is ACKed packet by packet, one held back by its NIC every 16 KiB
+        per_ack = jnp.where((scale < 1.0) & (rate >= uncapped), p.ack_packets, 1.0)
         # arrivals: hop h gets what the hops before it forwarded in the last step
         upstream = jnp.cumprod(s.forward[links], axis=-1)
         reach = jnp.concatenate([jnp.ones_like(upstream[..., :1]), upstream[..., :-1]], -1)
@@ -266,9 +300,13 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         wait = jnp.where(real & (queue <= 0.0),
                          merging * jnp.minimum(packet_wait(arrive, capacity, p.pkt),
                                                others * p.pkt / capacity), 0.0)
-        # the last byte is in whichever used slot's queue drains last
-        now_delay = jnp.max(jnp.where(s.share > 0, (queue / capacity + wait)[links].sum(-1),
-                                      0.0), axis=1)
+        # the last byte is in whichever used slot's queue drains last, as it stood when that
+        # byte joined it (`frac` into the step: between the step's start and end queues), not
+        # at the step's end: a short flow's last bytes leave while the queues they built drain
+        ends = jnp.stack([s.queue / capacity + wait, (queue - s.queue) / capacity], -1)
+        path_ends = ends[links].sum(2)                                   # [F, K, 2]
+        joined = path_ends[..., 0] + frac[:, None] * path_ends[..., 1]
+        now_delay = jnp.max(jnp.where(s.share > 0, joined, 0.0), axis=1)
         finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
         # ---- NSCC on what came back this step
         acked = gone
@@ -282,7 +320,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         delay_clean = (unmarked_w * seen_delay).sum(1) / jnp.maximum(unmarked_w.sum(1), TINY)
         unmarked = acked * (1.0 - mark_f)
         packets = acked / p.pkt
-        acks = unmarked / ACK_BYTES + mark_f * packets
+        acks = unmarked / (p.pkt * per_ack) + mark_f * packets
         weight = 1.0 - (1.0 - p.delay_alpha) ** acks
         sample_clean = jnp.where(delay_clean > p.target, 0.25 * base_rtt, delay_clean)
         sample = mark_f * delay_marked + (1.0 - mark_f) * sample_clean
@@ -323,14 +361,27 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         trigger = jnp.where(due, False, trigger)
         qa_clock = jnp.where(due, now + base_rtt + p.target, s.qa_clock)
         window = jnp.where(sending, jnp.clip(window, p.mtu, max_window), s.window)
-        # ---- the policy at ACK time
-        if recycle:
-            bad = jnp.clip(seen_mark + (1.0 - seen_pass), 0.0, 1.0) * live_f
-            out = s.share * bad
-            moved = out - out.sum(1, keepdims=True) * live_f / n_live
-            share = s.share - jnp.where(sending, dt / rtt, 0.0)[:, None] * moved
-        else:
+        # ---- the policy at ACK time: the EV mix the sender draws from, reached within an RTT
+        if ev_rule == "reps":
+            # REPS: an EV comes back to the buffer with a clean ACK (one per ack_packets
+            # unmarked packets, none with a marked or trimmed one) and is used once; every
+            # other packet draws a fresh EV uniformly at random
+            clean_ev = s.share * seen_pass * (1.0 - seen_mark) * live_f
+            clean_sum = clean_ev.sum(1, keepdims=True)
+            reuse = jnp.clip(clean_sum / per_ack[:, None], 0.0, 1.0)
+            aim = ((1.0 - reuse) * live_f / n_live +
+                   reuse * clean_ev / jnp.maximum(clean_sum, TINY))
+        elif ev_rule == "bitmap":
+            # the bitmap walk skips an EV once per ECN echo and four times per NACK: per visit
+            # it sends with probability 1 / (1 + marks + 4 trims) per packet sent on it
+            penalty = seen_mark * seen_pass + BITMAP_NACK * (1.0 - seen_pass)
+            visits = live_f / (1.0 + penalty)
+            aim = visits / jnp.maximum(visits.sum(1, keepdims=True), TINY)
+        if ev_rule == "fixed":
             share = s.share
+        else:
+            share = s.share + jnp.where(sending, jnp.minimum(dt / rtt, 1.0),
+                                        0.0)[:, None] * (aim - s.share)
         # ---- records
         signals = _link_signals(queue, capacity, kmin, kmax, passed, wait)
         history = s.history.at[s.step % (lag + 1)].set(signals)
