@@ -134,3 +134,31 @@ def test_the_all_alive_path_equals_the_lookup_path(monkeypatch, seed):
     assert int(fast.iterations) > 0
     for name in fast._fields:
         np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
+
+
+def plain_spread_slots(geom, num_flows: int, num_slots: int, rng):
+    """`fabric.paths.spread_slots` as first written (int64 temporaries, one `%`)."""
+    P, S = geom.planes, geom.spines
+    plane = np.broadcast_to(np.arange(num_slots) % P, (num_flows, num_slots))
+    k = np.arange(num_slots)
+    index_in_plane = k // P
+    slots_in_plane = (num_slots - 1 - k % P) // P + 1
+    jitter = rng.random((num_flows, num_slots), dtype=np.float32)
+    lo = index_in_plane * S // slots_in_plane
+    width = np.maximum((index_in_plane + 1) * S // slots_in_plane - lo, 1)
+    stratum = lo + np.floor(jitter * width).astype(np.int64)
+    rotation = rng.integers(0, S, size=(num_flows, P))
+    spine = (np.minimum(stratum, S - 1) + rotation[:, k % P]) % S
+    return plane.astype(np.int32), spine.astype(np.int32)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("slots", (1, 2, 3, 6, 7, 40, 301))
+def test_spread_slots_draws_what_the_plain_formula_draws(cfg, slots):
+    geom = build_fabric(cfg).geometry
+    for seed in range(3):
+        fast = spread_slots(geom, 23, slots, np.random.default_rng(seed))
+        plain = plain_spread_slots(geom, 23, slots, np.random.default_rng(seed))
+        for got, want in zip(fast, plain):
+            assert got.dtype == want.dtype == np.int32
+            np.testing.assert_array_equal(got, want)

@@ -37,7 +37,6 @@ from fabricjax.config import FabricKind, FailuresConfig, Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.paths import placed_slots
 from fabricjax.scenario import check_sections
-from fabricjax.solver.maxmin import uniform_live_split
 
 
 class Role:
@@ -252,9 +251,8 @@ class Policy:
         options / settings: what `options` and `settings` gave; layout: the fabric's four
         structural (start, stop) link ranges, host -> switch, switch up, switch down, switch ->
         host (static)."""
-        links = routes.slot_links(plane, choice)
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
-        return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))
+        return Reaction(choice=choice, weights=routes.live_split(plane, choice, alive_ext))
 
 
 # Where a spraying policy's entropy values land. routed: the sender names each EV's path

@@ -66,7 +66,6 @@ from fabricjax.policies.base import (PLACEMENT_HELP, STATIC, TRACED, Policy, Rea
                                      check_evs, evs_field, spraying_init, spraying_pool,
                                      spraying_slots)
 from fabricjax.policies.spray import SPRAY
-from fabricjax.solver.maxmin import uniform_live_split
 
 # how the loop ended, as `core.status.Status` flags: balanced (nothing marked) is OK
 MRC_BALANCED = int(Status.OK)
@@ -365,8 +364,7 @@ class Mrc(Policy):
                               options["threshold"], options["damping"], options["tol"],
                               max_iters=max_iters, patience=options["patience"],
                               fabric_range=fabric_range)
-        links = routes.slot_links(plane, mrc.spine)
-        weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
+        weights = routes.live_split(plane, mrc.spine, jnp.concatenate([alive, jnp.array([True])]))
         return Reaction(choice=mrc.spine, weights=weights, iterations=mrc.iterations,
                         status=mrc.status, residual=mrc.residual, trace=mrc.trace)
 

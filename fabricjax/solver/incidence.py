@@ -34,7 +34,8 @@ import numpy as np
 
 from fabricjax.fabric.clos import ClosGeometry
 from fabricjax.fabric.paths import clos_path_links, fabric_hops_alive
-from fabricjax.solver.maxmin import PhaseResult, evaluate_split
+from fabricjax.solver.maxmin import (PhaseResult, equal_live_split, evaluate_split,
+                                     uniform_live_split)
 
 if TYPE_CHECKING:    # jax.experimental.sparse pulls in scipy: loaded by the one function
     from jax.experimental import sparse
@@ -89,6 +90,11 @@ class RoutesMixin:
         ids, coef = self.split_incidence(plane, choice, weights)
         return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive,
                               **settings)
+
+    def live_split(self, plane, choice, alive_ext):
+        """Weights float[F, K]: equal over the slots whose every hop is alive
+        (`solver.maxmin.uniform_live_split` of `slot_links`)."""
+        return uniform_live_split(self.slot_links(plane, choice), alive_ext)
 
     # mrc's loop asks these per iteration; the defaults go through `controlled_hops` and
     # `alternatives`, and `ClosRoutes` overrides them so that nothing [F, K, H]-sized is made
@@ -206,6 +212,14 @@ class ClosRoutes(RoutesMixin):
     def controlled_alive(self, plane, choice, alive_ext):
         up, down = self.fabric_hops(plane, choice)
         return alive_ext[up] & alive_ext[down]
+
+    def live_split(self, plane, choice, alive_ext):
+        """`RoutesMixin.live_split` without the [F, K, 4] link ids: a path is alive when its
+        NIC ports (`host_ok`) and fabric hops (`controlled_alive`, the sentinel for a same-T0
+        flow) are; with every link alive `lax.cond` skips the fabric hops' gathers."""
+        fabric_ok = jax.lax.cond(jnp.all(alive_ext), lambda: jnp.ones(choice.shape, bool),
+                                 lambda: self.controlled_alive(plane, choice, alive_ext))
+        return equal_live_split(fabric_ok & self.host_ok(plane, alive_ext))
 
     def host_ok(self, plane, alive_ext):
         """bool[F, K]: both NIC ports of every slot's plane are alive (a slot behind a dead
