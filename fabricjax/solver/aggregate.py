@@ -236,7 +236,7 @@ def solve_class_phase(geom: ClosGeometry, src_t0, dst_t0, class_flows, class_slo
                             jnp.where(load > 0, jnp.inf, f32(0.0)))
     usable = capacity > 0
     bounds = tuple((s, s + n) for s, n in zip(geom.tier_starts, geom.tier_sizes))
-    ordered = sorted_utilisation(utilisation, usable)
+    ordered = sorted_utilisation(utilisation, usable, bounds)
     stats = link_statistics(utilisation, usable, bounds, ordered=ordered)
     top_util, top_links = jax.lax.top_k(jnp.where(usable, utilisation, -jnp.inf), top_k)
 
