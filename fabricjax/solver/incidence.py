@@ -20,7 +20,9 @@ every fabric: `evaluate` (a split over the slots evaluated: loads, rates, times)
 `slot_loads` (loads from per-slot rates), `controlled_hops` (the switch-to-switch hops a
 load balancer's choice moves), `host_ok` (a slot's NIC ports alive), `choice_matters`,
 `alternatives` (other choices of the same plane, for mrc's swaps) and `rehash` (a live
-choice for a dead one, for ECMP after reconvergence). Index L (`sentinel`) pads everything:
+choice for a dead one, for ECMP after reconvergence); `live_split` (the equal split over live
+slots) and, for mrc's loop, `controlled_max`, `controlled_alive`, `first_live_alternative` and
+`choice_dtype`, which `ClosRoutes` computes without [F, K, H]-sized arrays. Index L (`sentinel`) pads everything:
 infinite capacity, always alive.
 """
 
