@@ -175,8 +175,9 @@ def one_case(size: str, policy: str, sets: int, max_ref_gpus: int) -> dict:
     first = solve_policy_phase(policy, scenario, fabric, flows, (0, 0))
     row = {"size": size, "gpus": gpus, "policy": policy, "flows": flows.num_flows,
            "slots": first.slots, "first_result_s": time.perf_counter() - _PROCESS_START,
-           "p100": float(first.result.stats[0, 2]), "iterations": first.iterations,
-           "convergence": first.convergence}
+           "p100": float(first.result.stats[0, 2]),
+           "iterations": first.adaptation.iterations if first.adaptation else None,
+           "convergence": first.adaptation.convergence if first.adaptation else None}
     # new draws of the same shapes: another (item, index) stream, nothing recompiles
     row["eval_s"], again = _timed(lambda: solve_policy_phase(policy, scenario, fabric, flows,
                                                              (0, 1)))

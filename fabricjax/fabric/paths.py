@@ -73,10 +73,22 @@ def spread_slots(geom: ClosGeometry, num_flows: int, num_slots: int,
     # integer stripe bounds, so neighbouring stripes never share a spine when S % K_p != 0
     lo = index_in_plane * S // slots_in_plane
     width = np.maximum((index_in_plane + 1) * S // slots_in_plane - lo, 1)
-    stratum = lo + np.floor(jitter * width).astype(np.int64)
+    # lo + floor(jitter x width) (the product in float64, exact), capped at S - 1, plus the
+    # plane's rotation, mod S; in place and in int32 (16.7M slots at 131,072 GPUs: 0.7 s in
+    # int64 temporaries)
+    stratum = np.multiply(jitter, width, dtype=np.float64)
+    np.floor(stratum, out=stratum)
+    np.add(stratum, lo, out=stratum)
+    np.minimum(stratum, S - 1, out=stratum)
+    spine = stratum.astype(np.int32)
+    del stratum
     rotation = rng.integers(0, S, size=(num_flows, P))
-    spine = (np.minimum(stratum, S - 1) + rotation[:, k % P]) % S
-    return plane.astype(np.int32), spine.astype(np.int32)
+    if num_slots % P == 0:      # slot k = j P + p: add the rotation of plane p by a reshape
+        spine.reshape(num_flows, -1, P)[...] += rotation[:, None, :].astype(np.int32)
+    else:
+        spine += rotation[:, k % P].astype(np.int32)
+    spine[spine >= S] -= S      # both terms lie in [0, S): the sum mod S
+    return plane.astype(np.int32), spine
 
 
 def hashed_slots(geom: ClosGeometry, num_flows: int, qps_per_plane: int,

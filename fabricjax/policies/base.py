@@ -37,7 +37,6 @@ from fabricjax.config import FabricKind, FailuresConfig, Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.paths import placed_slots
 from fabricjax.scenario import check_sections
-from fabricjax.solver.maxmin import uniform_live_split
 
 
 class Role:
@@ -268,9 +267,8 @@ class Policy:
         host (static). clock_rows (static): rows of the speed record an adapting policy keeps
         for the clock (`Policy.clock_rows`; 0: none, and a policy that adapts at once ignores
         it)."""
-        links = routes.slot_links(plane, choice)
         alive_ext = jnp.concatenate([alive, jnp.array([True])])
-        return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))
+        return Reaction(choice=choice, weights=routes.live_split(plane, choice, alive_ext))
 
     def restart(self, routes: Any, phase: PhaseArrays, plane, choice, state: dict, alive,
                 capacity, key, options: dict, settings: tuple, layout: tuple) -> Reaction:

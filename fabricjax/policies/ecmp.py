@@ -24,7 +24,6 @@ from fabricjax.core.registry import register
 from fabricjax.fabric.paths import hashed_slots
 from fabricjax.policies.base import Policy, Reaction, Slots
 from fabricjax.solver.aggregate import hashed_class_slots
-from fabricjax.solver.maxmin import uniform_live_split
 
 
 class EcmpSettings(Strict):
@@ -88,8 +87,7 @@ class Ecmp(Policy):
         # select, which computes both branches and keeps the right one
         choice = jax.lax.cond(jnp.all(alive), lambda: choice,
                               lambda: routes.rehash(plane, choice, alive_ext, key))
-        links = routes.slot_links(plane, choice)
-        return Reaction(choice=choice, weights=uniform_live_split(links, alive_ext))
+        return Reaction(choice=choice, weights=routes.live_split(plane, choice, alive_ext))
 
 
 ECMP = register(Ecmp())

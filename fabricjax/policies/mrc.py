@@ -41,11 +41,14 @@ itself, a true fixed point. The trace records every iteration's P100, so the spr
 equilibrium stays visible.
 
 Speed: an iteration touches only [F, K] arrays. On a Clos the routes give the two
-fabric hops of an EV as base + spine (bases hoisted out of the loop), NIC-port loads are summed
+fabric hops of an EV as a per-(flow, plane) base + spine, NIC-port loads are summed
 per plane by a reshape and loads are four scatters (`ClosRoutes.slot_loads`); the swap coins
-come from a counter-based hash (`hash_bits`) instead of threefry. Measured on the 2-core CPU
-at 8,192 GPUs x 128 EVs: 48 ms per iteration before, 9 ms after; `bench/bench_scale.py` has
-the table.
+come from a counter-based hash (`hash_bits`) instead of threefry. The EV sets travel as uint8
+(`choice_dtype`), no [F, K, H] hop or [F, K, D] candidate array is stored, and with every link
+alive `lax.cond` takes passes without liveness gathers (which keep XLA:CPU from vectorising).
+Measured on the 2-core CPU at 8,192 GPUs x 128 EVs: 48 ms per iteration, then 9 ms with the
+hash and the scatters (idle cores); 37.2 ms before and 9.7 ms after the last changes with the
+cores shared (load average 6.5); `bench/bench_scale.py` has the table.
 """
 
 from __future__ import annotations
@@ -66,7 +69,6 @@ from fabricjax.policies.base import (PLACEMENT_HELP, STATIC, TRACED, Policy, Rea
                                      check_evs, evs_field, spraying_init, spraying_pool,
                                      spraying_slots)
 from fabricjax.policies.spray import SPRAY
-from fabricjax.solver.maxmin import uniform_live_split
 
 # how the loop ended, as `core.status.Status` flags: balanced (nothing marked) is OK
 MRC_BALANCED = int(Status.OK)
@@ -99,7 +101,8 @@ def flow_speed(routes, plane, spine, live, util_ext):
     slowed by that link's overload; the clock (`engine.timing.clocked_durations`) uses the
     ratio of a set's speed to the returned set's, so the common bias of this estimate against
     the max-min rates cancels."""
-    worst = jnp.max(util_ext[routes.slot_links(plane, spine)], axis=-1)           # [F, K]
+    links = routes.slot_links(plane, spine.astype(jnp.int32))                     # [F, K, H]
+    worst = jnp.max(util_ext[links], axis=-1)
     worst = jnp.max(jnp.where(live > 0, worst, 0.0), axis=1)
     return jnp.where(jnp.any(live > 0, axis=1), 1.0 / jnp.maximum(worst, 1.0), 0.0)
 
@@ -118,6 +121,11 @@ def _utilisation(load, capacity, alive):
 CLOCK_ROWS = 256
 
 RETARGET_DRAWS = 2  # candidate spines tried per moving EV; the first live one is taken
+
+
+def _all_alive(alive):
+    """Whether every link is alive (mrc's loop then skips every liveness lookup)."""
+    return jnp.all(alive)
 
 
 def _fmix32(x):
@@ -160,18 +168,27 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     cross = routes.choice_matters(plane)              # [F, K] or [F, 1]: EV choice matters
     # an EV whose NIC port (either end) is dead is retired for good: no path of its plane can
     # carry it, so it is never marked and never moves
-    host_dead = ~routes.host_ok(plane, alive_ext)                          # [F, K]
+    # (invariant terms come last in each expression: XLA hoists a loop-invariant [F, K]
+    # expression out of the loop as a stored array, which every iteration would then read)
+    host_live = routes.host_ok(plane, alive_ext)                          # [F, K]
+    # with every link alive (the no-failure baseline) no path needs its liveness looked up, and
+    # `lax.cond` takes passes without those gathers: on a CPU a gather keeps XLA from
+    # vectorising the loop it sits in, and they took half an iteration at 131,072 GPUs
+    all_alive = _all_alive(alive)
 
     def measure(spine):
-        hops = routes.controlled_hops(plane, spine)                       # [F, K, Hc]
-        fabric_ok = jnp.all(alive_ext[hops], axis=-1)
-        live = (~host_dead & fabric_ok).astype(jnp.float32)
-        rate = demand[:, None] * live / jnp.maximum(live.sum(axis=1, keepdims=True), 1.0)
+        fabric_ok = jax.lax.cond(all_alive, lambda s: jnp.ones(s.shape, bool),     # [F, K]
+                                 lambda s: routes.controlled_alive(plane, s, alive_ext), spine)
+        live = fabric_ok & host_live
+        count = jnp.sum(live, axis=1, keepdims=True, dtype=jnp.int32).astype(jnp.float32)
+        # demand x (1 / count): XLA rewrote the former demand x live / count into this, and
+        # spelling it out keeps every figure to the bit
+        rate = jnp.where(live, demand[:, None] * (1.0 / jnp.maximum(count, 1.0)), 0.0)
         load = routes.slot_loads(plane, spine, rate, num_links + 1)
         util, usable = _utilisation(load, capacity, alive)
         util_ext = jnp.concatenate([util, jnp.zeros(1)])
-        fabric_dead = cross & ~fabric_ok
-        controlled = jnp.max(util_ext[hops], axis=-1)
+        fabric_dead = ~fabric_ok & cross
+        controlled = routes.controlled_max(plane, spine, util_ext)
         controlled = jnp.where(fabric_dead, jnp.inf, controlled)
         p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
         fabric_load = load[fabric_lo:fabric_hi]
@@ -185,15 +202,19 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         # excess over the marking level, so that the stop rule sees what marks react to
         overload = jnp.sum(jnp.maximum(fabric_load - level * usable_cap, 0.0)) / jnp.maximum(
             jnp.sum(fabric_load), 1e-30)
-        marked = cross & ~host_dead & ((controlled > level) | fabric_dead)
+        marked = ((controlled > level) | fabric_dead) & cross & host_live
         # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
-        # better (MRC retires them within microseconds), whatever its P100
-        dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)
+        # better (MRC retires them within microseconds), whatever its P100 (counted per flow
+        # first, which XLA fuses, where one sum stored the [F, K] mask as int32)
+        dead_evs = jnp.sum(jnp.sum(fabric_dead & host_live, axis=1, dtype=jnp.int32))
         speed = (flow_speed(routes, plane, spine, live, util_ext) if clock_rows
                  else jnp.zeros(num_flows, jnp.float32))
         return controlled, marked, p100, overload, dead_evs, level, speed
 
     ev_index = jnp.arange(num_flows * num_slots, dtype=jnp.uint32).reshape(spine.shape)
+    # the EV sets travel in the routes' narrowest choice dtype (uint8 spines on a Clos of up to
+    # 256 spines): every pass over them and the best set's copy move a quarter of the bytes
+    spine = spine.astype(routes.choice_dtype())
     seed_words = jax.random.bits(key, (2,), jnp.uint32)
     controlled0, marked0, p100_0, overload0, dead0, level0, speed0 = measure(spine)
     trace0 = jnp.full(max_iters + 1, p100_0, jnp.float32)
@@ -212,9 +233,9 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         _, _, marked, _, since_best, it = state[:6]
         return jnp.any(marked) & (since_best < patience) & (it < max_iters)
 
-    def body(state):
-        (spine, controlled, marked, best, since_best, it, trace, excess,
-         best_spine, best_dead, best_p100, best_overload, level, speeds) = state
+    def swap(spine, controlled, marked, level, it, *, lookup: bool):
+        """The EV set after one reaction; `lookup`: some link is dead, so a candidate's path
+        must be checked (else the first candidate is live)."""
         # one 32-bit draw per EV: the high half decides whether it moves, the low half where
         bits = hash_bits(ev_index, seed_words, it)
         dead = ~jnp.isfinite(controlled)
@@ -228,12 +249,21 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         # a random other path of the same plane (slot k stays on its plane): candidates are
         # the plane's other paths in cyclic order from a uniform random start; the first whose
         # path is alive is taken, else the EV stays and retries next iteration
-        candidates = routes.alternatives(plane, spine, bits, RETARGET_DRAWS)
-        live = routes.choice_alive(plane, candidates, alive_ext)
-        first = jnp.argmax(live, axis=-1)
-        target = jnp.take_along_axis(candidates, first[..., None], axis=-1)[..., 0]
-        move = move & jnp.any(live, axis=-1) & routes.can_move()
-        new_spine = jnp.where(move, target, spine).astype(spine.dtype)
+        if lookup:
+            target, found = routes.first_live_alternative(plane, spine, bits, RETARGET_DRAWS,
+                                                          alive_ext)
+            move = move & found
+        else:
+            target = routes.alternatives(plane, spine, bits, 1)[..., 0]
+        move = move & routes.can_move()
+        return jnp.where(move, target, spine).astype(spine.dtype)
+
+    def body(state):
+        (spine, controlled, marked, best, since_best, it, trace, excess,
+         best_spine, best_dead, best_p100, best_overload, level, speeds) = state
+        new_spine = jax.lax.cond(all_alive, functools.partial(swap, lookup=False),
+                                 functools.partial(swap, lookup=True),
+                                 spine, controlled, marked, level, it)
         controlled, marked, p100, overload, dead_evs, level, speed = measure(new_spine)
         if clock_rows:      # the set after iteration it + 1: its own row, or the tail's sum
             speeds = speeds.at[jnp.minimum(it + 1, clock_rows)].add(speed)
@@ -245,7 +275,8 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         same_dead = dead_evs == best_dead
         better = (dead_evs < best_dead) | (same_dead & (p100 < best_p100)) | (
             same_dead & (p100 == best_p100) & (overload < best_overload))
-        best_spine = jnp.where(better, new_spine, best_spine)
+        # a copy only when it is better (a select would read and write both sets every time)
+        best_spine = jax.lax.cond(better, lambda: new_spine, lambda: best_spine)
         best_dead = jnp.where(better, dead_evs, best_dead)
         best_p100 = jnp.where(better, p100, best_p100)
         best_overload = jnp.where(better, overload, best_overload)
@@ -265,9 +296,10 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     _, marked_out, _, overload_out, _, _, final_speed = measure(spine_out)
     status = jnp.where(balanced, MRC_BALANCED,
                        jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
-    return MrcResult(spine=spine_out, iterations=it, status=status.astype(jnp.int32),
-                     residual=overload_out, marked=jnp.sum(marked_out).astype(jnp.int32),
-                     trace=trace, excess_trace=excess, final_spine=last_spine,
+    return MrcResult(spine=spine_out.astype(jnp.int32), iterations=it,
+                     status=status.astype(jnp.int32), residual=overload_out,
+                     marked=jnp.sum(marked_out).astype(jnp.int32), trace=trace,
+                     excess_trace=excess, final_spine=last_spine.astype(jnp.int32),
                      speeds=speeds, final_speed=final_speed)
 
 
@@ -374,8 +406,7 @@ class Mrc(Policy):
                               options["threshold"], options["damping"], options["tol"],
                               max_iters=max_iters, patience=options["patience"],
                               fabric_range=fabric_range, clock_rows=clock_rows)
-        links = routes.slot_links(plane, mrc.spine)
-        weights = uniform_live_split(links, jnp.concatenate([alive, jnp.array([True])]))
+        weights = routes.live_split(plane, mrc.spine, jnp.concatenate([alive, jnp.array([True])]))
         clock = (mrc.speeds, mrc.final_speed) if clock_rows else (None, None)
         return Reaction(choice=mrc.spine, weights=weights, iterations=mrc.iterations,
                         status=mrc.status, residual=mrc.residual, trace=mrc.trace,

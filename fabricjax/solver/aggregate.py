@@ -45,7 +45,7 @@ import numpy as np
 from fabricjax.core.status import Status
 from fabricjax.fabric.clos import ClosGeometry
 from fabricjax.solver.maxmin import (GBIT_PER_BYTE, TOP_LINKS, PhaseResult, link_statistics,
-                                     utilisation_cdf)
+                                     sorted_utilisation, utilisation_cdf)
 
 
 class PhaseClasses(NamedTuple):
@@ -236,7 +236,8 @@ def solve_class_phase(geom: ClosGeometry, src_t0, dst_t0, class_flows, class_slo
                             jnp.where(load > 0, jnp.inf, f32(0.0)))
     usable = capacity > 0
     bounds = tuple((s, s + n) for s, n in zip(geom.tier_starts, geom.tier_sizes))
-    stats = link_statistics(utilisation, usable, bounds)
+    ordered = sorted_utilisation(utilisation, usable, bounds)
+    stats = link_statistics(utilisation, usable, bounds, ordered=ordered)
     top_util, top_links = jax.lax.top_k(jnp.where(usable, utilisation, -jnp.inf), top_k)
 
     # fair share of every link at the first filling level; inf where nothing crosses
@@ -281,7 +282,7 @@ def solve_class_phase(geom: ClosGeometry, src_t0, dst_t0, class_flows, class_slo
         total_load=jnp.sum(load), rates=rates, phase_time=phase_time.astype(f32),
         cohort_end=jnp.where(phase_time > 0, phase_time, -jnp.inf).astype(f32)[None],
         stalled=stalled, rounds=jnp.int32(1),
-        status=status, cdf=utilisation_cdf(utilisation, usable))
+        status=status, cdf=utilisation_cdf(utilisation, usable, ordered))
     return result, load
 
 

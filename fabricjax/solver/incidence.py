@@ -21,7 +21,10 @@ every fabric: `evaluate` (a split over the slots evaluated: loads, rates, times)
 load balancer's choice moves), `host_ok` (a slot's NIC ports alive), `choice_matters`,
 `alternatives` (other choices of the same plane, for mrc's swaps), `rehash` (a live
 choice for a dead one, for ECMP after reconvergence), `slot_alive` (a slot's whole path
-alive) and `choice_alive_lookup` (`choice_alive` for one mask, asked again and again). Index L (`sentinel`) pads everything:
+alive), `choice_alive_lookup` (`choice_alive` for one mask, asked again and again),
+`live_split` (the equal split over live slots) and, for mrc's loop, `controlled_max`,
+`controlled_alive`, `first_live_alternative` and `choice_dtype`, which `ClosRoutes` computes
+without [F, K, H]-sized arrays. Index L (`sentinel`) pads everything:
 infinite capacity, always alive.
 """
 
@@ -36,7 +39,8 @@ import numpy as np
 
 from fabricjax.fabric.clos import ClosGeometry
 from fabricjax.fabric.paths import clos_path_links, fabric_hops_alive
-from fabricjax.solver.maxmin import PhaseResult, evaluate_split
+from fabricjax.solver.maxmin import (PhaseResult, equal_live_split, evaluate_split,
+                                     uniform_live_split)
 
 if TYPE_CHECKING:    # jax.experimental.sparse pulls in scipy: loaded by the one function
     from jax.experimental import sparse
@@ -104,6 +108,34 @@ class RoutesMixin:
         return functools.reduce(jnp.logical_and,
                                 [alive_ext[links[..., h]] for h in range(links.shape[-1])])
 
+    def live_split(self, plane, choice, alive_ext):
+        """Weights float[F, K]: equal over the slots whose every hop is alive
+        (`solver.maxmin.uniform_live_split` of `slot_links`)."""
+        return uniform_live_split(self.slot_links(plane, choice), alive_ext)
+
+    # mrc's loop asks these per iteration; the defaults go through `controlled_hops` and
+    # `alternatives`, and `ClosRoutes` overrides them so that nothing [F, K, H]-sized is made
+    def choice_dtype(self):
+        """The narrowest integer dtype that holds every choice (what mrc's loop carries)."""
+        return jnp.int32
+
+    def controlled_max(self, plane, choice, table_ext):
+        """float[F, K]: the largest `table_ext[hop]` over every slot's controlled hops."""
+        return jnp.max(table_ext[self.controlled_hops(plane, choice)], axis=-1)
+
+    def controlled_alive(self, plane, choice, alive_ext):
+        """bool[F, K]: every controlled hop of every slot is alive."""
+        return jnp.all(alive_ext[self.controlled_hops(plane, choice)], axis=-1)
+
+    def first_live_alternative(self, plane, choice, bits, draws: int, alive_ext):
+        """(target, found) [F, K]: the first of the `draws` `alternatives` whose path is alive
+        (`choice_alive`), and whether there is one (target is then meaningless)."""
+        candidates = self.alternatives(plane, choice, bits, draws)
+        live = self.choice_alive(plane, candidates, alive_ext)
+        first = jnp.argmax(live, axis=-1)
+        target = jnp.take_along_axis(candidates, first[..., None], axis=-1)[..., 0]
+        return target.astype(choice.dtype), jnp.any(live, axis=-1)
+
 
 @jax.tree_util.register_pytree_node_class
 class ClosRoutes(RoutesMixin):
@@ -149,15 +181,52 @@ class ClosRoutes(RoutesMixin):
         src_t0, dst_t0 = self._t0s()
         return src_t0 != dst_t0
 
-    def controlled_hops(self, plane, choice):
-        """int32[F, K, 2]: the T0 -> T1 and T1 -> T0 hops of every slot (the sentinel for a
-        same-T0 flow). The two bases are hoisted: only the spine changes between calls."""
+    def choice_dtype(self):
+        """uint8 while the spines fit (256 at radix 512), else int16 or int32: mrc's loop
+        carries its EV set in it, a quarter of the bytes at the sizes that matter."""
+        spines = self.geom.spines
+        if spines <= 256:
+            return jnp.uint8
+        return jnp.int16 if spines <= 2**15 else jnp.int32
+
+    def fabric_hops(self, plane, choice):
+        """(up, down) int32[F, K]: the T0 -> T1 and T1 -> T0 link of every slot (the sentinel
+        for a same-T0 flow), from per-(flow, plane) bases [F, P] plus the spine. `choice` may
+        be any integer dtype (`choice_dtype`); slot k is on plane k % P."""
         src_t0, dst_t0 = self._t0s()
         cross = src_t0 != dst_t0
+        planes = jnp.arange(self.geom.planes)[None, :]
+        num_slots = choice.shape[1]
+        spine = choice.astype(jnp.int32)
+        up_base = self._per_slot(self.geom.t0_up(planes, src_t0, 0), num_slots)
+        down_base = self._per_slot(self.geom.t1_down(planes, dst_t0, 0), num_slots)
         sentinel = self.geom.sentinel
-        up = jnp.where(cross, self.geom.t0_up(plane, src_t0, 0) + choice, sentinel)
-        down = jnp.where(cross, self.geom.t1_down(plane, dst_t0, 0) + choice, sentinel)
-        return jnp.stack([up, down], axis=-1)
+        return (jnp.where(cross, up_base + spine, sentinel),
+                jnp.where(cross, down_base + spine, sentinel))
+
+    def controlled_hops(self, plane, choice):
+        """int32[F, K, 2]: the T0 -> T1 and T1 -> T0 hops of every slot (the sentinel for a
+        same-T0 flow)."""
+        return jnp.stack(self.fabric_hops(plane, choice), axis=-1)
+
+    def controlled_max(self, plane, choice, table_ext):
+        """float[F, K]: the larger of `table_ext` at a slot's two fabric hops: two gathers
+        and a maximum that XLA fuses into one pass (`jnp.max` over the stacked hops stored an
+        [F, K, 2] array and reduced it: 40% of an mrc iteration at 131,072 GPUs)."""
+        up, down = self.fabric_hops(plane, choice)
+        return jnp.maximum(table_ext[up], table_ext[down])
+
+    def controlled_alive(self, plane, choice, alive_ext):
+        up, down = self.fabric_hops(plane, choice)
+        return alive_ext[up] & alive_ext[down]
+
+    def live_split(self, plane, choice, alive_ext):
+        """`RoutesMixin.live_split` without the [F, K, 4] link ids: a path is alive when its
+        NIC ports (`host_ok`) and fabric hops (`controlled_alive`, the sentinel for a same-T0
+        flow) are; with every link alive `lax.cond` skips the fabric hops' gathers."""
+        fabric_ok = jax.lax.cond(jnp.all(alive_ext), lambda: jnp.ones(choice.shape, bool),
+                                 lambda: self.controlled_alive(plane, choice, alive_ext))
+        return equal_live_split(fabric_ok & self.host_ok(plane, alive_ext))
 
     def host_ok(self, plane, alive_ext):
         """bool[F, K]: both NIC ports of every slot's plane are alive (a slot behind a dead
@@ -181,13 +250,13 @@ class ClosRoutes(RoutesMixin):
         """float[L+1]: loads of rate[F, K] (Gbit/s per slot) over the 2K fabric hops and 2P
         NIC-port hops of every flow: four scatters (measured 2x faster than one over the
         concatenated entries), NIC ports summed per plane by a reshape."""
-        hops = self.controlled_hops(plane, choice)
+        up, down = self.fabric_hops(plane, choice)
         plane_rate = per_plane_sum(rate, self.geom.planes)
         planes = jnp.arange(self.geom.planes)[None, :]
         host_up = self.geom.gpu_up(planes, self.src[:, None])
         host_down = self.geom.gpu_down(planes, self.dst[:, None])
-        return (jnp.zeros(num_segments, jnp.float32).at[hops[..., 0]].add(rate)
-                .at[hops[..., 1]].add(rate).at[host_up].add(plane_rate)
+        return (jnp.zeros(num_segments, jnp.float32).at[up].add(rate)
+                .at[down].add(rate).at[host_up].add(plane_rate)
                 .at[host_down].add(plane_rate))
 
     def choice_alive(self, plane, choice, alive_ext):
@@ -243,12 +312,35 @@ class ClosRoutes(RoutesMixin):
     def alternatives(self, plane, choice, bits, draws: int):
         """int[F, K, D]: D other spines of the same plane in cyclic order from a uniform
         random start (the low 16 bits of `bits` uint32[F, K] pick the start)."""
+        return jnp.stack([self._alternative(choice, bits, d)
+                          for d in range(min(max(self.geom.spines - 1, 1), draws))], axis=-1)
+
+    def _alternative(self, choice, bits, draw: int):
+        """The `draw`-th alternative spine [F, K] (int32 arithmetic, `choice`'s dtype out)."""
         spines = self.geom.spines
         others = max(spines - 1, 1)
-        start = (((bits & jnp.uint32(0xFFFF)) * jnp.uint32(others)) >> 16).astype(choice.dtype)
-        offsets = (start[..., None] + jnp.arange(min(others, draws), dtype=choice.dtype)
-                   ) % others
-        return (choice[..., None] + 1 + offsets) % spines
+        start = (((bits & jnp.uint32(0xFFFF)) * jnp.uint32(others)) >> 16).astype(jnp.int32)
+        offset = (start + draw) % others
+        return ((choice.astype(jnp.int32) + 1 + offset) % spines).astype(choice.dtype)
+
+    def first_live_alternative(self, plane, choice, bits, draws: int, alive_ext):
+        """`RoutesMixin.first_live_alternative` one draw at a time (a static unroll over the
+        few draws), so that XLA fuses the candidates, their liveness and the pick into the
+        pass that makes them instead of storing [F, K, D] arrays (the candidates' liveness
+        took 20% of an mrc iteration at 131,072 GPUs)."""
+        src_t0, dst_t0 = self._t0s()
+        planes = jnp.arange(self.geom.planes)[None, :]
+        num_slots = choice.shape[1]
+        up_base = self._per_slot(self.geom.t0_up(planes, src_t0, 0), num_slots)
+        down_base = self._per_slot(self.geom.t1_down(planes, dst_t0, 0), num_slots)
+        target, found = choice, jnp.zeros(choice.shape, bool)
+        for draw in reversed(range(min(max(self.geom.spines - 1, 1), draws))):
+            candidate = self._alternative(choice, bits, draw)
+            spine = candidate.astype(jnp.int32)
+            live = alive_ext[up_base + spine] & alive_ext[down_base + spine]
+            target = jnp.where(live, candidate, target)   # the earliest live draw wins
+            found = found | live
+        return target, found
 
     def can_move(self):
         """Whether any slot has another choice (a plane with one spine has none)."""
