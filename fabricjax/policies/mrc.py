@@ -120,6 +120,25 @@ def _utilisation(load, capacity, alive):
 # the rest in one more row: bounded memory ([R + 1, F] float32) whatever `max_iters` is
 CLOCK_ROWS = 256
 
+def _marking(load, util, usable, capacity, threshold, fabric_range):
+    """(P100, marking level, overload) of one EV set's loads: the P100 over usable links;
+    the marking level, `threshold` x the fabric's mean utilisation when that is above 1 (an
+    oversubscribed or degraded fabric is offered more than it carries everywhere: every path
+    queues, and ECN then marks the paths that queue more, so swaps even the load out in
+    proportion to capacity instead of chasing a level no path can reach); and the overload,
+    the fabric links' load above that level over their total load (what marks react to, which
+    the stop rule watches)."""
+    fabric_lo, fabric_hi = fabric_range
+    p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
+    fabric_load = load[fabric_lo:fabric_hi]
+    usable_cap = jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
+    level = threshold * jnp.maximum(
+        jnp.sum(fabric_load) / jnp.maximum(jnp.sum(usable_cap), 1e-30), 1.0)
+    overload = jnp.sum(jnp.maximum(fabric_load - level * usable_cap, 0.0)) / jnp.maximum(
+        jnp.sum(fabric_load), 1e-30)
+    return p100, level, overload
+
+
 RETARGET_DRAWS = 2  # candidate spines tried per moving EV; the first live one is taken
 
 
@@ -164,7 +183,6 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     num_links = capacity.shape[0]
     num_flows, num_slots = spine.shape
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
-    fabric_lo, fabric_hi = fabric_range
     cross = routes.choice_matters(plane)              # [F, K] or [F, 1]: EV choice matters
     # an EV whose NIC port (either end) is dead is retired for good: no path of its plane can
     # carry it, so it is never marked and never moves
@@ -190,18 +208,8 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         fabric_dead = ~fabric_ok & cross
         controlled = routes.controlled_max(plane, spine, util_ext)
         controlled = jnp.where(fabric_dead, jnp.inf, controlled)
-        p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
-        fabric_load = load[fabric_lo:fabric_hi]
-        usable_cap = jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
-        # the marking level: `threshold` x the fabric's mean utilisation when that is above 1
-        # (an oversubscribed or degraded fabric is offered more than it carries everywhere:
-        # every path queues, and ECN then marks the paths that queue more, so swaps even the
-        # load out in proportion to capacity instead of chasing a level no path can reach)
-        level = threshold * jnp.maximum(
-            jnp.sum(fabric_load) / jnp.maximum(jnp.sum(usable_cap), 1e-30), 1.0)
-        # excess over the marking level, so that the stop rule sees what marks react to
-        overload = jnp.sum(jnp.maximum(fabric_load - level * usable_cap, 0.0)) / jnp.maximum(
-            jnp.sum(fabric_load), 1e-30)
+        p100, level, overload = _marking(load, util, usable, capacity, threshold,
+                                         fabric_range)
         marked = ((controlled > level) | fabric_dead) & cross & host_live
         # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
         # better (MRC retires them within microseconds), whatever its P100 (counted per flow
@@ -456,7 +464,6 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
     num_links = capacity.shape[0]
     num_flows, num_slots = spine.shape
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
-    fabric_lo, fabric_hi = fabric_range
     cross = routes.choice_matters(plane)
     host_dead = ~routes.host_ok(plane, alive_ext)
 
@@ -472,13 +479,8 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
         util_ext = jnp.concatenate([util, jnp.zeros(1)])
         fabric_dead = cross & ~fabric_ok
         controlled = jnp.where(fabric_dead, jnp.inf, per_hop(util_ext, hops, jnp.maximum))
-        p100 = jnp.max(jnp.where(usable, util, -jnp.inf))
-        fabric_load = load[fabric_lo:fabric_hi]
-        usable_cap = jnp.where(usable, capacity, 0.0)[fabric_lo:fabric_hi]
-        level = threshold * jnp.maximum(
-            jnp.sum(fabric_load) / jnp.maximum(jnp.sum(usable_cap), 1e-30), 1.0)
-        overload = jnp.sum(jnp.maximum(fabric_load - level * usable_cap, 0.0)) / jnp.maximum(
-            jnp.sum(fabric_load), 1e-30)
+        p100, level, overload = _marking(load, util, usable, capacity, threshold,
+                                         fabric_range)
         marked = cross & ~host_dead & ((controlled > level) | fabric_dead)
         dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)
         return controlled, marked, p100, overload, dead_evs, level
