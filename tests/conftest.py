@@ -50,16 +50,32 @@ executables.set_enabled(False)
 os.environ.setdefault(executables.ENV_REFILL, "off")
 
 
+# a module that leaves the process with more memory mappings than this drops JAX's programs:
+# half of Linux's default vm.max_map_count (65,530), so the next module has room to grow
+MAX_MAPPINGS = 32_000
+
+
+def _mappings() -> int:
+    """The process's memory mappings (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return 0
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """Drop JAX's in-memory compiled programs after each test module. Every loaded XLA:CPU
-    executable holds memory mappings; the whole suite in one process passed Linux's
-    vm.max_map_count (65,530) about two thirds of the way through and crashed inside XLA
-    (a segfault while compiling or loading a program). The next module that needs a program
-    again loads it from the suite's compilation cache on disk."""
+    """Drop JAX's in-memory compiled programs after a test module once the process holds
+    many memory mappings. Every loaded XLA:CPU executable holds some; the whole suite in one
+    process passed Linux's vm.max_map_count (65,530) about two thirds of the way through and
+    crashed inside XLA (a segfault while compiling or loading a program). Dropping them after
+    every module instead made each module trace, lower and load its programs again; below the
+    bound the next module reuses them."""
     yield
-    jax.clear_caches()
-    gc.collect()  # the executables' mappings go when their last reference does
+    if _mappings() > MAX_MAPPINGS:
+        jax.clear_caches()
+        gc.collect()  # the executables' mappings go when their last reference does
 
 
 # --cpu-durations=N: the tests that used the most CPU seconds (this process and the children

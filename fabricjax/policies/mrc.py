@@ -458,9 +458,13 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
     spines as bit sets (`routes.choice_alive_lookup`, no gather) and the first live one is
     chosen by selects; an EV's fabric hops are alive after a move (it only moves onto a live
     path, and the mask is fixed), so their aliveness is carried; the residual is carried
-    instead of measured again after the loop; no trace is kept; and the returned EV set's
-    equal split over its live paths comes with it (`uniform_live_split`'s weights, the paths
-    checked by `routes.slot_alive`)."""
+    instead of measured again after the loop; no trace is kept; the EV sets travel in the
+    routes' narrowest choice dtype; the loads no swap moves (a Clos's NIC ports,
+    `routes.rate_loads`) are summed again only while some EV sits on a dead path (only then
+    can a flow's live paths change), and added to the moved part (`routes.choice_loads`) on
+    disjoint links, which keeps `slot_loads`'s bits; and the returned EV set's equal split
+    over its live paths comes with it (`uniform_live_split`'s weights, the paths checked by
+    `routes.slot_alive`)."""
     num_links = capacity.shape[0]
     num_flows, num_slots = spine.shape
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
@@ -470,11 +474,20 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
     def per_hop(table, hops, combine):
         return functools.reduce(combine, [table[hops[..., h]] for h in range(hops.shape[-1])])
 
-    def measure(spine, fabric_ok):
+    def rate_part(fabric_ok):
+        # the loads no swap moves (a Clos's NIC ports): they change only with a flow's live
+        # paths, so the loop sums them again only then (`routes.rate_loads`)
+        live = (~host_dead & fabric_ok).astype(jnp.float32)
+        count = live.sum(axis=1, keepdims=True)
+        rate = demand[:, None] * live / jnp.maximum(count, 1.0)
+        return count, routes.rate_loads(plane, rate, num_links + 1)
+
+    def measure(spine, fabric_ok, count, fixed_load):
         hops = routes.controlled_hops(plane, spine)
         live = (~host_dead & fabric_ok).astype(jnp.float32)
-        rate = demand[:, None] * live / jnp.maximum(live.sum(axis=1, keepdims=True), 1.0)
-        load = routes.slot_loads(plane, spine, rate, num_links + 1)
+        rate = demand[:, None] * live / jnp.maximum(count, 1.0)
+        # disjoint links from `fixed_load`'s (zeros there), so the sum is `slot_loads`'s bits
+        load = routes.choice_loads(plane, spine, rate, num_links + 1) + fixed_load
         util, usable = _utilisation(load, capacity, alive)
         util_ext = jnp.concatenate([util, jnp.zeros(1)])
         fabric_dead = cross & ~fabric_ok
@@ -488,18 +501,22 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
     ev_index = jnp.arange(num_flows * num_slots, dtype=jnp.uint32).reshape(spine.shape)
     seed_words = jax.random.bits(key, (2,), jnp.uint32)
     choice_alive = routes.choice_alive_lookup(plane, alive_ext)
+    # the EV sets travel in the routes' narrowest choice dtype, as in the fixed point
+    spine = spine.astype(routes.choice_dtype())
     fabric_ok0 = per_hop(alive_ext, routes.controlled_hops(plane, spine), jnp.logical_and)
-    controlled0, marked0, p100_0, overload0, dead0, level0 = measure(spine, fabric_ok0)
-    init = (spine, fabric_ok0, controlled0, marked0, overload0, overload0, jnp.int32(0), jnp.int32(0),
-            spine, dead0, p100_0, overload0, level0)
+    count0, fixed0 = rate_part(fabric_ok0)
+    controlled0, marked0, p100_0, overload0, dead0, level0 = measure(spine, fabric_ok0, count0,
+                                                                     fixed0)
+    init = (spine, fabric_ok0, controlled0, marked0, overload0, overload0, jnp.int32(0),
+            jnp.int32(0), spine, dead0, p100_0, overload0, level0, count0, fixed0, dead0)
 
     def cond(state):
         _, _, _, marked, _, _, since_best, it = state[:8]
         return jnp.any(marked) & (since_best < patience) & (it < max_iters)
 
     def body(state):
-        (spine, fabric_ok, controlled, marked, _, best, since_best, it, best_spine, best_dead, best_p100,
-         best_overload, level) = state
+        (spine, fabric_ok, controlled, marked, _, best, since_best, it, best_spine, best_dead,
+         best_p100, best_overload, level, count, fixed_load, dead_evs) = state
         # materialised once: fused into its users, the hash was computed again for each
         bits = jax.lax.optimization_barrier(hash_bits(ev_index, seed_words, it))
         dead = ~jnp.isfinite(controlled)
@@ -518,9 +535,14 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
             found = found | live
         move = move & found & routes.can_move()
         new_spine = jnp.where(move, target, spine).astype(spine.dtype)
-        # an EV only moves onto a live path, and the mask does not change within a set
+        # an EV only moves onto a live path, and the mask does not change within a set; a
+        # flow's live paths change only when one of its EVs leaves a dead path, which needs
+        # an EV on one (a marked EV: `dead_evs` counts them all)
         fabric_ok = fabric_ok | move
-        controlled, marked, p100, overload, dead_evs, level = measure(new_spine, fabric_ok)
+        count, fixed_load = jax.lax.cond(dead_evs > 0, rate_part,
+                                         lambda _: (count, fixed_load), fabric_ok)
+        controlled, marked, p100, overload, dead_evs, level = measure(new_spine, fabric_ok,
+                                                                      count, fixed_load)
         improved = overload < best * (1.0 - tol)
         best = jnp.minimum(best, overload)
         since_best = jnp.where(improved, 0, since_best + 1)
@@ -531,15 +553,16 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
         best_dead = jnp.where(better, dead_evs, best_dead)
         best_p100 = jnp.where(better, p100, best_p100)
         best_overload = jnp.where(better, overload, best_overload)
-        return (new_spine, fabric_ok, controlled, marked, overload, best, since_best, it + 1, best_spine,
-                best_dead, best_p100, best_overload, level)
+        return (new_spine, fabric_ok, controlled, marked, overload, best, since_best, it + 1,
+                best_spine, best_dead, best_p100, best_overload, level, count, fixed_load,
+                dead_evs)
 
     (last_spine, _, _, last_marked, last_overload, _, since_best, it, best_spine, _, _,
-     best_overload, _) = jax.lax.while_loop(cond, body, init)
+     best_overload, *_) = jax.lax.while_loop(cond, body, init)
     balanced = ~jnp.any(last_marked)
     status = jnp.where(balanced, MRC_BALANCED,
                        jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
-    spine_out = jnp.where(balanced, last_spine, best_spine)
+    spine_out = jnp.where(balanced, last_spine, best_spine).astype(jnp.int32)
     live = routes.slot_alive(plane, spine_out, alive_ext).astype(jnp.float32)
     return MrcRestart(spine=spine_out, iterations=it, status=status.astype(jnp.int32),
                       residual=jnp.where(balanced, last_overload, best_overload),

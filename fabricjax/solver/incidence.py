@@ -16,15 +16,17 @@ is hidden behind a `Routes` object (a pytree: it passes through `jax.jit`):
 
 Both give the same methods, so a policy, the phase program and every study run unchanged on
 every fabric: `evaluate` (a split over the slots evaluated: loads, rates, times),
-`split_incidence` (its (ids, coef)), `slot_links` (link ids [F, K, H]), `incidence` (the solver's (ids, coef)),
-`slot_loads` (loads from per-slot rates), `controlled_hops` (the switch-to-switch hops a
+`split_incidence` (its (ids, coef)), `slot_links` (link ids [F, K, H]), `incidence` (the
+solver's (ids, coef)), `slot_loads` (loads from per-slot rates), `controlled_hops` (the switch-to-switch hops a
 load balancer's choice moves), `host_ok` (a slot's NIC ports alive), `choice_matters`,
 `alternatives` (other choices of the same plane, for mrc's swaps), `rehash` (a live
 choice for a dead one, for ECMP after reconvergence), `slot_alive` (a slot's whole path
 alive), `choice_alive_lookup` (`choice_alive` for one mask, asked again and again),
 `live_split` (the equal split over live slots) and, for mrc's loop, `controlled_max`,
 `controlled_alive`, `first_live_alternative` and `choice_dtype`, which `ClosRoutes` computes
-without [F, K, H]-sized arrays. Index L (`sentinel`) pads everything:
+without [F, K, H]-sized arrays, and `choice_loads` + `rate_loads` (`slot_loads` in two parts:
+what the choices move and what depends on the rates alone, which a failure set's restart
+sums again only when a flow's live paths change). Index L (`sentinel`) pads everything:
 infinite capacity, always alive.
 """
 
@@ -118,6 +120,17 @@ class RoutesMixin:
     def choice_dtype(self):
         """The narrowest integer dtype that holds every choice (what mrc's loop carries)."""
         return jnp.int32
+
+    def choice_loads(self, plane, choice, rate, num_segments: int):
+        """float[L+1]: the part of `slot_loads` on the links a choice moves; with
+        `rate_loads` (disjoint links, zeros elsewhere) it sums to `slot_loads` to the bit.
+        Here nothing is told apart: all of it."""
+        return self.slot_loads(plane, choice, rate, num_segments)
+
+    def rate_loads(self, plane, rate, num_segments: int):
+        """float[L+1]: the part of `slot_loads` that depends on the rates alone (no choice
+        moves it); here none."""
+        return jnp.zeros(num_segments, jnp.float32)
 
     def controlled_max(self, plane, choice, table_ext):
         """float[F, K]: the largest `table_ext[hop]` over every slot's controlled hops."""
@@ -251,12 +264,28 @@ class ClosRoutes(RoutesMixin):
         NIC-port hops of every flow: four scatters (measured 2x faster than one over the
         concatenated entries), NIC ports summed per plane by a reshape."""
         up, down = self.fabric_hops(plane, choice)
-        plane_rate = per_plane_sum(rate, self.geom.planes)
-        planes = jnp.arange(self.geom.planes)[None, :]
-        host_up = self.geom.gpu_up(planes, self.src[:, None])
-        host_down = self.geom.gpu_down(planes, self.dst[:, None])
+        host_up, host_down, plane_rate = self._host_rates(rate)
         return (jnp.zeros(num_segments, jnp.float32).at[up].add(rate)
                 .at[down].add(rate).at[host_up].add(plane_rate)
+                .at[host_down].add(plane_rate))
+
+    def _host_rates(self, rate):
+        plane_rate = per_plane_sum(rate, self.geom.planes)
+        planes = jnp.arange(self.geom.planes)[None, :]
+        return (self.geom.gpu_up(planes, self.src[:, None]),
+                self.geom.gpu_down(planes, self.dst[:, None]), plane_rate)
+
+    def choice_loads(self, plane, choice, rate, num_segments: int):
+        """The fabric hops' part of `slot_loads` (tiers 1 and 2; the sentinel takes a same-T0
+        flow's): the same two scatters in the same order, so each link's sum is the same."""
+        up, down = self.fabric_hops(plane, choice)
+        return jnp.zeros(num_segments, jnp.float32).at[up].add(rate).at[down].add(rate)
+
+    def rate_loads(self, plane, rate, num_segments: int):
+        """The NIC ports' part of `slot_loads` (tiers 0 and 3): a port carries every slot of
+        its plane whatever the spine."""
+        host_up, host_down, plane_rate = self._host_rates(rate)
+        return (jnp.zeros(num_segments, jnp.float32).at[host_up].add(plane_rate)
                 .at[host_down].add(plane_rate))
 
     def choice_alive(self, plane, choice, alive_ext):
