@@ -175,6 +175,7 @@ def test_the_site_builds_strict(tmp_path):
 
 # --------------------------------------------------------------------------- the notebook
 
+@pytest.mark.slow   # 70 s of CPU with an empty compilation cache: a program per EV count
 def test_the_planning_notebook_runs(tmp_path):
     """examples/plan_fabric.py, executed as a script on a small fabric (what a notebook user
     runs cell by cell): it must end, print its tables and save its figure."""

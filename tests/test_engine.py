@@ -30,9 +30,16 @@ def case(fabric: dict, policy: str):
     return scenario, fabric_obj, collective.phases[0].flows
 
 
-@pytest.mark.parametrize("fabric", [CLOS, FAT], ids=["clos", "fat-tree"])
-@pytest.mark.parametrize("policy", ["ecmp", "spray", "mrc"])
-def test_phase_core_eager_equals_the_host_entry(fabric, policy):
+# op by op, each case takes 9-16 s of CPU (every loop iteration dispatched from Python): the
+# quick run keeps one case per policy, spread over both fabric kinds; `make test-slow` runs all
+EAGER_QUICK = {("ecmp", "clos"), ("spray", "fat-tree"), ("mrc", "fat-tree")}
+
+
+@pytest.mark.parametrize("policy, fabric", [
+    pytest.param(policy, fabric, id=f"{policy}-{name}",
+                 marks=() if (policy, name) in EAGER_QUICK else pytest.mark.slow)
+    for policy in ("ecmp", "spray", "mrc") for name, fabric in (("clos", CLOS), ("fat-tree", FAT))])
+def test_phase_core_eager_equals_the_host_entry(policy, fabric):
     scenario, fab, flows = case(fabric, policy)
     pol = get(policy)
     prepared = prepare_phase(pol, scenario, fab, flows, (0, 0))

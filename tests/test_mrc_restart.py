@@ -69,7 +69,14 @@ def _phase(restart: bool):
 PHASE = {flag: _phase(flag) for flag in (False, True)}
 
 
-@pytest.mark.parametrize("case", range(len(FABRICS)))
+# every fabric compiles its own programs (8 s of CPU each): the quick run keeps one word of
+# spines, three words and the fat tree; `make test-slow` runs the rest
+QUICK_CASES = (0, 3, 4)
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(case, marks=() if case in QUICK_CASES else pytest.mark.slow)
+    for case in range(len(FABRICS))])
 @pytest.mark.parametrize("seed,patience", [(1, 5), (2, 2)])
 def test_restart_gives_the_phase_program_bit_for_bit(case, seed, patience):
     """A failure set through `Mrc.restart` and through `Mrc.react` (the loop a baseline runs):
