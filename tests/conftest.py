@@ -50,9 +50,10 @@ executables.set_enabled(False)
 os.environ.setdefault(executables.ENV_REFILL, "off")
 
 
-# a module that leaves the process with more memory mappings than this drops JAX's programs:
-# half of Linux's default vm.max_map_count (65,530), so the next module has room to grow
-MAX_MAPPINGS = 32_000
+# a test that leaves the process with more memory mappings than this drops JAX's programs:
+# a quarter of Linux's default vm.max_map_count (65,530), so the next test has room to grow
+# (one property test over random fabrics added 45,000 in 20 examples)
+MAX_MAPPINGS = 16_000
 
 
 def _mappings() -> int:
@@ -64,18 +65,24 @@ def _mappings() -> int:
         return 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _release_compiled_programs():
-    """Drop JAX's in-memory compiled programs after a test module once the process holds
-    many memory mappings. Every loaded XLA:CPU executable holds some; the whole suite in one
-    process passed Linux's vm.max_map_count (65,530) about two thirds of the way through and
-    crashed inside XLA (a segfault while compiling or loading a program). Dropping them after
-    every module instead made each module trace, lower and load its programs again; below the
-    bound the next module reuses them."""
-    yield
+def release_when_crowded() -> None:
+    """Drop JAX's in-memory compiled programs when the process holds more than MAX_MAPPINGS
+    memory mappings (a test that compiles many programs calls it between its cases)."""
     if _mappings() > MAX_MAPPINGS:
         jax.clear_caches()
         gc.collect()  # the executables' mappings go when their last reference does
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs():
+    """Drop JAX's in-memory compiled programs after a test once the process holds many
+    memory mappings. Every loaded XLA:CPU executable holds some; the whole suite in one
+    process passed Linux's vm.max_map_count (65,530) about two thirds of the way through and
+    crashed inside XLA (a segfault while compiling or loading a program). Dropping them after
+    every module instead made each module trace, lower and load its programs again; below the
+    bound the next test reuses them (counting the mappings takes about a millisecond)."""
+    yield
+    release_when_crowded()
 
 
 # --cpu-durations=N: the tests that used the most CPU seconds (this process and the children
