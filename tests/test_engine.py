@@ -38,7 +38,8 @@ EAGER_QUICK = {("ecmp", "clos"), ("spray", "fat-tree"), ("mrc", "fat-tree")}
 @pytest.mark.parametrize("policy, fabric", [
     pytest.param(policy, fabric, id=f"{policy}-{name}",
                  marks=() if (policy, name) in EAGER_QUICK else pytest.mark.slow)
-    for policy in ("ecmp", "spray", "mrc") for name, fabric in (("clos", CLOS), ("fat-tree", FAT))])
+    for policy in ("ecmp", "spray", "mrc")
+    for name, fabric in (("clos", CLOS), ("fat-tree", FAT))])
 def test_phase_core_eager_equals_the_host_entry(policy, fabric):
     scenario, fab, flows = case(fabric, policy)
     pol = get(policy)

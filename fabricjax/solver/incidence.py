@@ -17,17 +17,17 @@ is hidden behind a `Routes` object (a pytree: it passes through `jax.jit`):
 Both give the same methods, so a policy, the phase program and every study run unchanged on
 every fabric: `evaluate` (a split over the slots evaluated: loads, rates, times),
 `split_incidence` (its (ids, coef)), `slot_links` (link ids [F, K, H]), `incidence` (the
-solver's (ids, coef)), `slot_loads` (loads from per-slot rates), `controlled_hops` (the switch-to-switch hops a
-load balancer's choice moves), `host_ok` (a slot's NIC ports alive), `choice_matters`,
-`alternatives` (other choices of the same plane, for mrc's swaps), `rehash` (a live
-choice for a dead one, for ECMP after reconvergence), `slot_alive` (a slot's whole path
-alive), `choice_alive_lookup` (`choice_alive` for one mask, asked again and again),
-`live_split` (the equal split over live slots) and, for mrc's loop, `controlled_max`,
-`controlled_alive`, `first_live_alternative` and `choice_dtype`, which `ClosRoutes` computes
-without [F, K, H]-sized arrays, and `choice_loads` + `rate_loads` (`slot_loads` in two parts:
-what the choices move and what depends on the rates alone, which a failure set's restart
-sums again only when a flow's live paths change). Index L (`sentinel`) pads everything:
-infinite capacity, always alive.
+solver's (ids, coef)), `slot_loads` (loads from per-slot rates), `controlled_hops` (the
+switch-to-switch hops a load balancer's choice moves), `host_ok` (a slot's NIC ports
+alive), `choice_matters`, `alternatives` (other choices of the same plane, for mrc's
+swaps), `rehash` (a live choice for a dead one, for ECMP after reconvergence),
+`slot_alive` (a slot's whole path alive), `choice_alive_lookup` (`choice_alive` for one
+mask, asked again and again), `live_split` (the equal split over live slots) and, for mrc's
+loop, `controlled_max`, `controlled_alive`, `first_live_alternative` and `choice_dtype`,
+which `ClosRoutes` computes without [F, K, H]-sized arrays, and `choice_loads` +
+`rate_loads` (`slot_loads` in two parts: what the choices move and what depends on the
+rates alone, which a failure set's restart sums again only when a flow's live paths
+change). Index L (`sentinel`) pads everything: infinite capacity, always alive.
 """
 
 from __future__ import annotations
