@@ -1,8 +1,8 @@
 """fabricjax: a vectorised flow-level analyser of multi-plane AI-training fabrics.
 
-The Python API (`fabricjax.api`; figures in `fabricjax.plot`)::
+The Python API (`fabricjax.api`; figures in `fabricjax.plot`), after
+`import fabricjax as fj`::
 
-    import fabricjax as fj
     sc = fj.load("scenarios/quickstart.yaml")
     rep = fj.analyze(sc.replace({"fabric.planes": 4}), policies=["ecmp", "mrc"])
     df = rep.to_pandas()

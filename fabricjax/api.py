@@ -1,6 +1,6 @@
 """The Python API: what a notebook user calls, and what the `fabricjax` commands call too.
+After `import fabricjax as fj`::
 
-    import fabricjax as fj
     sc = fj.load("scenarios/quickstart.yaml")              # or fj.Scenario.from_dict({...})
     sc2 = sc.replace({"fabric.planes": 4, "spray.evs": 64})  # dotted paths, validated
     rep = fj.analyze(sc2, policies=["ecmp", "mrc"])

@@ -166,6 +166,18 @@ def hash_bits(index, seed_words, iteration):
     return _fmix32((index * jnp.uint32(0x9E3779B9)) ^ salt ^ seed_words[0])
 
 
+def _moves(bits, controlled, marked, level, damping):
+    """bool[F, K]: which EVs move this iteration, from the high 16 of their draw `bits`. A
+    marked EV moves with probability damping x (u - level) / u, u its `controlled`
+    utilisation (the share of its traffic in excess); a dead one (u infinite: the first lost
+    packet retires it) moves at once."""
+    dead = ~jnp.isfinite(controlled)
+    share_over = jnp.where(dead, 1.0, (controlled - level) / jnp.maximum(controlled, 1e-30))
+    p_move = jnp.where(marked, jnp.where(dead, 1.0, jnp.clip(damping * share_over, 0, 1)),
+                       0.0)
+    return (bits >> 16).astype(jnp.float32) < p_move * jnp.float32(65536.0)
+
+
 def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshold, damping,
                     tol, *, max_iters: int, patience, fabric_range: tuple[int, int],
                     clock_rows: int = 0) -> MrcResult:
@@ -246,14 +258,7 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
         must be checked (else the first candidate is live)."""
         # one 32-bit draw per EV: the high half decides whether it moves, the low half where
         bits = hash_bits(ev_index, seed_words, it)
-        dead = ~jnp.isfinite(controlled)
-        share_over = jnp.where(dead, 1.0,
-                               (controlled - level) / jnp.maximum(controlled, 1e-30))
-        # a congested EV moves with a probability that tracks the excess; a dead one (the first
-        # lost packet retires it) is replaced at once
-        p_move = jnp.where(marked, jnp.where(dead, 1.0, jnp.clip(damping * share_over, 0, 1)),
-                           0.0)
-        move = (bits >> 16).astype(jnp.float32) < p_move * jnp.float32(65536.0)
+        move = _moves(bits, controlled, marked, level, damping)
         # a random other path of the same plane (slot k stays on its plane): candidates are
         # the plane's other paths in cyclic order from a uniform random start; the first whose
         # path is alive is taken, else the EV stays and retries next iteration
@@ -519,12 +524,7 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
          best_p100, best_overload, level, count, fixed_load, dead_evs) = state
         # materialised once: fused into its users, the hash was computed again for each
         bits = jax.lax.optimization_barrier(hash_bits(ev_index, seed_words, it))
-        dead = ~jnp.isfinite(controlled)
-        share_over = jnp.where(dead, 1.0,
-                               (controlled - level) / jnp.maximum(controlled, 1e-30))
-        p_move = jnp.where(marked, jnp.where(dead, 1.0, jnp.clip(damping * share_over, 0, 1)),
-                           0.0)
-        move = (bits >> 16).astype(jnp.float32) < p_move * jnp.float32(65536.0)
+        move = _moves(bits, controlled, marked, level, damping)
         candidates = routes.alternatives(plane, spine, bits, RETARGET_DRAWS)
         # the first live candidate, as argmax and take_along_axis pick it, by selects over
         # the candidates one at a time (a reduction over that short last axis was slow)
