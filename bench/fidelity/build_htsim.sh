@@ -34,6 +34,9 @@ rm -rf "$WORKDIR/src"
 mkdir -p "$WORKDIR/src"
 git --git-dir="$SOURCE" archive "$COMMIT" | tar -x -C "$WORKDIR/src"
 echo "$COMMIT" > "$WORKDIR/src/COMMIT"
+# one addition, inert unless HTSIM_ROUTES is set: print the path every ECMP flow was hashed to
+# (run_htsim.sh keeps them in routes/, compare.py runs fabricjax's ECMP on the same paths)
+patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_route_dump.patch"
 
 nice -n 19 cmake -S "$WORKDIR/src/htsim/sim" -B "$WORKDIR/build" \
     -DCMAKE_BUILD_TYPE=Release -DENABLE_TESTS=OFF > "$WORKDIR/cmake.log" 2>&1

@@ -17,8 +17,10 @@ progressive simulation for per-flow FCTs); `dynamic` runs `engine.dynamic.solve_
 (the fluid model in time steps) on the same scenario, fabric, flows and slots, with its one
 set of defaults (engine.dynamic, solver.dynamic).
 
-Policies: htsim `-paths 1` (one entropy per connection) against ecmp; `oblivious` with 128 EVs
-against spray; `reps` and `bitmap` with 128 EVs against mrc. Figures are inverted-CDF
+Policies: htsim `-paths 1` (one entropy per connection) against ecmp, on the paths htsim hashed
+each connection to where `routes/` has them (both levels: HTSIM.md, "ECMP's paths"; the
+static level then runs `solve_policy_phase` on those slots, as `analyze` would); `oblivious`
+with 128 EVs against spray; `reps` and `bitmap` with 128 EVs against mrc. Figures are inverted-CDF
 quantiles of the per-flow FCTs, averaged over seeds on each side; error = fabricjax / htsim - 1.
 Targets: median and max within 10% on the full-bisection and oversubscribed cases,
 15% on the degraded-link and incast cases.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gzip
 import platform
 import shutil
@@ -41,7 +44,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fabricjax.engine.dynamic import fct_quantiles, solve_dynamic_phase  # noqa: E402
+from fabricjax.engine.phase import initial_slots, solve_policy_phase  # noqa: E402
+from fabricjax.engine.timing import transport_latency_s  # noqa: E402
 from fabricjax.fabric.build import build  # noqa: E402
+from fabricjax.policies import get as get_policy  # noqa: E402
+from fabricjax.policies.base import Slots  # noqa: E402
 from fabricjax.scenario import parse_scenario  # noqa: E402
 from fabricjax.study.analyze import analyze  # noqa: E402
 from fabricjax.workload.build import build_workload  # noqa: E402
@@ -88,10 +95,9 @@ def leaf_spine_edges(failed: int = 0, hosts: int = 1024, down: int = 32,
 
 
 # an edge list (fabricjax `graph`), or a fabric config (the multi-plane Clos itself)
+FAT_TREES = {"ft128_1os": (4, 4, 4, 8), "ft128_4os": (4, 4, 1, 8), "ft128_8os": (1, 4, 2, 8)}
 TOPOLOGIES = {
-    "ft128_1os": lambda: fat_tree_edges(4, 4, 4, 8),
-    "ft128_4os": lambda: fat_tree_edges(4, 4, 1, 8),
-    "ft128_8os": lambda: fat_tree_edges(1, 4, 2, 8),
+    **{name: functools.partial(fat_tree_edges, *shape) for name, shape in FAT_TREES.items()},
     "ls1024os": lambda: leaf_spine_edges(0),
     "ls1024os_failed4": lambda: leaf_spine_edges(4),
     # htsim's leaf_spine_1024.topo: 32 leaves of 32 hosts, one 100G link to each of 32 spines
@@ -169,6 +175,56 @@ def htsim_fcts(case: str, run: str, seed: int) -> np.ndarray | None:
         return np.array([float(row["fct_us"]) * 1e-6 for row in csv.DictReader(fh)])
 
 
+def routes_path(case: str, seed: int) -> Path:
+    return HERE / "routes" / f"{case}_ecmp_s{seed}.csv.gz"
+
+
+def switch_name(topo: str, htsim_name: str) -> str:
+    """The edge list's name of an htsim switch (LS<n> edge or leaf, US<n> aggregation or
+    spine, CS<n> core). htsim numbers a pod's agg k's uplink l to core k + l x (aggs per pod),
+    `fat_tree_edges` to core k x (agg uplinks) + l: the same wiring, other core labels."""
+    kind, n = htsim_name[:2], int(htsim_name[2:])
+    if topo not in FAT_TREES:
+        return {"LS": "leaf", "US": "spine"}[kind] + str(n)
+    if kind == "CS":
+        aggs_per_pod, _, agg_up, _ = FAT_TREES[topo]
+        return f"core{n % aggs_per_pod * agg_up + n // aggs_per_pod}"
+    return {"LS": "tor", "US": "agg"}[kind] + str(n)
+
+
+def htsim_slots(case: str, seed: int, fabric, flows, slots: Slots) -> Slots | None:
+    """ECMP's slots on the paths htsim's switches hashed each connection to (`routes/`, the
+    route dump of `run_htsim.sh`), or None where the case has none committed. A flow's path is
+    the equal-cost candidate whose links hold every hop htsim chose: the ECMP rows then compare
+    the transport on the same collisions instead of two draws of the hash."""
+    path = routes_path(case, seed)
+    if not path.exists():
+        return None
+    topo = CASES[case][0]
+    chosen: dict[int, set] = {}
+    with gzip.open(path, "rt") as fh:
+        for row in csv.DictReader(fh):
+            hop = tuple(switch_name(topo, n) for n in (row["from"], row["to"]))
+            chosen.setdefault(int(row["id"]), set()).add(hop)
+    ids = [int(line.split()[2]) for line in matrix_path(case, seed).read_text().splitlines()
+           if "->" in line]
+    cand, _ = fabric.candidate_paths(flows.src, flows.dst, "equal-cost")
+    node = np.asarray(fabric.node_names + [""])
+    sentinel = fabric.num_links
+    link_src = np.r_[fabric.link_src, len(node) - 1]
+    link_dst = np.r_[fabric.link_dst, len(node) - 1]
+    choice = np.array(slots.choice, copy=True)
+    for f, flow_id in enumerate(ids):
+        want = chosen.get(flow_id, set())
+        match = [k for k in range(cand.shape[1]) if want <= {
+            (node[link_src[i]], node[link_dst[i]]) for i in cand[f, k] if i != sentinel}]
+        if not match:
+            raise SystemExit(f"{case} seed {seed}: flow {flow_id}'s htsim path {sorted(want)} "
+                             "is none of fabricjax's")
+        choice[f, :] = match[0]
+    return Slots(slots.plane, choice, slots.state)
+
+
 def quantiles(values: np.ndarray) -> tuple[float, float, float]:
     """Median, P99 and max by the inverted CDF (as fabricjax's FCT figures are taken)."""
     p50, p99 = np.quantile(values, [0.5, 0.99], method="inverted_cdf")
@@ -191,9 +247,24 @@ def case_scenario(case: str, seed: int, workdir: Path):
     return scenario
 
 
+def case_phase(case: str, seed: int, workdir: Path):
+    """(scenario, fabric, flows, stream) of the case's one phase for `seed`."""
+    scenario = case_scenario(case, seed, workdir)
+    fabric = build(scenario)
+    collective = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))[0]
+    return scenario, fabric, collective.phases[0].flows, (collective.stream, 0)
+
+
+def routed_ecmp(case: str, seed: int, scenario, fabric, flows, stream) -> Slots | None:
+    """ECMP's slots on htsim's own paths for the case (None: none committed)."""
+    ecmp = get_policy("ecmp")
+    return htsim_slots(case, seed, fabric, flows,
+                       initial_slots(ecmp, scenario, fabric, flows, stream))
+
+
 def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
     """{policy: (p50, p99, max, seconds)} of fabricjax's static level on the case's matrix
-    for `seed`."""
+    for `seed` (ECMP on htsim's paths where they are committed)."""
     scenario = case_scenario(case, seed, workdir)
     start = time.perf_counter()
     report = analyze(scenario)
@@ -204,20 +275,30 @@ def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
             raise SystemExit(f"{case} seed {seed}: {record.policy} has no FCTs "
                              f"({record.progressive_status})")
         out[record.policy] = (record.fct_p50_s, record.fct_p99_s, record.fct_max_s, seconds)
+    scenario, fabric, flows, stream = case_phase(case, seed, workdir)
+    routed = routed_ecmp(case, seed, scenario, fabric, flows, stream)
+    if routed is not None:
+        start = time.perf_counter()
+        outcome = solve_policy_phase("ecmp", scenario, fabric, flows, stream, slots=routed,
+                                     progressive=True)
+        seconds = time.perf_counter() - start
+        # as the report takes them: the progressive durations plus the last ACK's way back
+        fct = np.asarray(outcome.progressive.duration, np.float64) + transport_latency_s(
+            scenario, fabric.flow_hops(flows.src, flows.dst), acknowledged=True)
+        out["ecmp"] = (*quantiles(fct[flows.size > 0]), seconds)
     return out
 
 
 def dynamic_fcts(case: str, seed: int, workdir: Path) -> dict:
     """{policy: (p50, p99, max, seconds)} of fabricjax's dynamic level (engine.dynamic) on
     the case's matrix for `seed`: the same scenario, fabric, flows and slots."""
-    scenario = case_scenario(case, seed, workdir)
-    fabric = build(scenario)
-    collective = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))[0]
-    flows = collective.phases[0].flows
+    scenario, fabric, flows, stream = case_phase(case, seed, workdir)
+    routed = routed_ecmp(case, seed, scenario, fabric, flows, stream)
     out = {}
     for policy in POLICIES:
         start = time.perf_counter()
-        outcome = solve_dynamic_phase(policy, scenario, fabric, flows, (collective.stream, 0))
+        outcome = solve_dynamic_phase(policy, scenario, fabric, flows, stream,
+                                      slots=routed if policy == "ecmp" else None)
         seconds = time.perf_counter() - start
         if outcome.status:
             raise SystemExit(f"{case} seed {seed}: {policy}'s dynamic run hit its step bound")

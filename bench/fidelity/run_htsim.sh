@@ -40,7 +40,7 @@ LOGS="${LOGS:-$BUILD/logs}"
 POLICIES="${POLICIES:-ecmp spray mrc_reps mrc_bitmap}"
 MTU=4160
 END_US=100000
-mkdir -p "$HERE/results" "$LOGS"
+mkdir -p "$HERE/results" "$HERE/routes" "$LOGS"
 [ -x "$HTSIM" ] || { echo "no htsim_uec at $HTSIM" >&2; exit 2; }
 
 topology() {    # case -> topology file [extra flags]
@@ -107,6 +107,22 @@ if len(done) == len(conns):
 PY
 }
 
+# The route-dump lines of an ECMP run ("route <flowId> <egress queue>", one per flow and switch
+# with a choice, from its first data packet) as a gzip CSV id,from,to of htsim switch names
+# (LS<n> edge/leaf, US<n> aggregation/spine, CS<n> core).
+routes() {      # log out
+    python3 - "$@" <<'PY'
+import gzip, re, sys
+log, out = sys.argv[1:]
+pat = re.compile(r"route (\d+) .*?\b(LS|US|CS)_?(\d+)->(LS|US|CS)_?(\d+)\(")
+rows = sorted({(int(m[1]), f"{m[2]}{m[3]}", f"{m[4]}{m[5]}")
+               for m in map(pat.match, open(log, errors="replace")) if m})
+with gzip.open(out, "wt") as fh:
+    fh.write("id,from,to\n")
+    fh.writelines(f"{i},{a},{b}\n" for i, a, b in rows)
+PY
+}
+
 CASES=("$@")
 if [ ${#CASES[@]} -eq 0 ]; then
     CASES=(ft128_1os_perm2MB ft128_4os_perm2MB ft128_8os_perm2MB ft128_1os_perm128KB
@@ -129,7 +145,8 @@ run_one() {     # name matrix seed policy planes -> one htsim run; sets $log, $s
     # bash's `time`: wall seconds, and htsim's own CPU seconds (user + system), which a
     # machine shared with other jobs inflates far less than the wall time
     local TIMEFORMAT='%R %U %S' timing
-    timing=$( { time { (cd "$scratch" && nice -n 19 "${cmd[@]}") > "$log" 2>&1; }
+    timing=$( { time { (cd "$scratch" && if [ "$policy" = ecmp ]; then export HTSIM_ROUTES=1; fi
+                              nice -n 19 "${cmd[@]}") > "$log" 2>&1; }
                 echo "$?" >&2; } 2>&1 )
     local wall cpu rc
     read -r wall cpu rc <<< "$(awk 'NR == 1 {printf "%.1f %.1f", $1, $2 + $3}
@@ -173,6 +190,11 @@ for case in "${CASES[@]}"; do
                 done
             fi
             finished=$(extract "$matrix" "$csv" "${logs[@]}")
+            # ECMP's paths as htsim's switches hashed them (HTSIM_ROUTES, the route-dump patch
+            # of build_htsim.sh): compare.py runs fabricjax's ECMP rows on the same paths
+            if [ "$policy" = ecmp ] && [ "$nplanes" -eq 1 ] && [ -f "$csv" ]; then
+                routes "${logs[0]}" "$HERE/routes/$name.csv.gz"
+            fi
             if [ "$ok" -ne 1 ] || [ "${finished%/*}" != "${finished#*/}" ]; then
                 failures=$((failures + 1)); rm -f "$csv"
             fi
