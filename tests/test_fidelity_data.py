@@ -90,3 +90,31 @@ def test_compare_table_runs_every_case(matrices):
     for case, (topo, hosts, _, target) in compare.CASES.items():
         assert hosts == matrices.CASES[case][0] and topo in compare.TOPOLOGIES
         assert target in (0.10, 0.15)
+
+
+def test_every_single_plane_ecmp_run_has_its_paths_on_the_edge_list(matrices, tmp_path):
+    """routes/ holds htsim's hashed path of every ECMP connection of a single-plane case, and
+    each is exactly one of fabricjax's equal-cost candidates for that flow."""
+    compare = _module("compare")
+    for case, (_, _, seeds, _) in matrices.CASES.items():
+        for seed in seeds:
+            path = compare.routes_path(case, seed)
+            if matrices.planes(case) > 1:
+                assert not path.exists(), path.name
+                continue
+            assert path.exists(), path.name
+            scenario, fabric, flows, stream = compare.case_phase(case, seed, tmp_path)
+            routed = compare.routed_ecmp(case, seed, scenario, fabric, flows, stream)
+            cand, _ = fabric.candidate_paths(flows.src, flows.dst, "equal-cost")
+            links = cand[range(flows.num_flows), routed.choice[:, 0]]
+            names = fabric.node_names
+            with gzip.open(path, "rt") as fh:
+                rows = list(csv.DictReader(fh))
+            ids = sorted(_read_matrix(compare.matrix_path(case, seed)))
+            topo = compare.CASES[case][0]
+            for row in rows[:64]:
+                f = ids.index(int(row["id"]))
+                hops = {(names[fabric.link_src[i]], names[fabric.link_dst[i]])
+                        for i in links[f] if i < fabric.num_links}
+                want = tuple(compare.switch_name(topo, n) for n in (row["from"], row["to"]))
+                assert want in hops, (path.name, row)
