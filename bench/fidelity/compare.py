@@ -20,8 +20,9 @@ set of defaults (engine.dynamic, solver.dynamic).
 Policies: htsim `-paths 1` (one entropy per connection) against ecmp, on the paths htsim hashed
 each connection to where `routes/` has them (both levels: HTSIM.md, "ECMP's paths"; the
 static level then runs `solve_policy_phase` on those slots, as `analyze` would); `oblivious`
-with 128 EVs against spray; `reps` and `bitmap` with 128 EVs against mrc. Figures are inverted-CDF
-quantiles of the per-flow FCTs, averaged over seeds on each side; error = fabricjax / htsim - 1.
+with 128 EVs against spray; `reps` and `bitmap` with 128 EVs against mrc. Figures are
+inverted-CDF quantiles of the per-flow FCTs, averaged over seeds on each side; error =
+fabricjax / htsim - 1.
 Targets: median and max within 10% on the full-bisection and oversubscribed cases,
 15% on the degraded-link and incast cases.
 """
