@@ -14,6 +14,7 @@ import pytest
 
 from fabricjax.engine.dynamic import (base_rtt_s, flow_link_pairs, packet_bytes,
                                       solve_dynamic_phase)
+from fabricjax.engine import dynamic as dynamic_engine
 from fabricjax.engine.timing import transport_latency_s
 from fabricjax.fabric.build import build
 from fabricjax.scenario import parse_scenario
@@ -72,6 +73,37 @@ def test_even_routed_permutation_matches_static(policy):
     assert out.p100_static <= 1.0 + 1e-5
     np.testing.assert_allclose(out.fct_s.max(), static.max(), rtol=0.02)
     np.testing.assert_allclose(np.median(out.fct_s), np.median(static), rtol=0.02)
+
+
+def test_the_step_resolves_the_shortest_flow():
+    rtt = 14e-6
+    assert dynamic_engine.step_share(1e-3, rtt) == dynamic_engine.DT_RTT
+    # halved until the life spans FLOW_STEPS steps, by powers of two, never below the floor
+    for life in (40e-6, 10e-6, 5e-6, 1e-9):
+        share = dynamic_engine.step_share(life, rtt)
+        assert share >= dynamic_engine.DT_RTT_MIN
+        halvings = np.log2(dynamic_engine.DT_RTT / share)
+        assert halvings == int(halvings)
+        assert (life >= dynamic_engine.FLOW_STEPS * share * rtt or
+                share == dynamic_engine.DT_RTT_MIN)
+        if share < dynamic_engine.DT_RTT:   # one halving fewer would not have resolved it
+            assert life < dynamic_engine.FLOW_STEPS * 2 * share * rtt
+
+
+def test_short_flows_get_a_finer_step_unless_their_nics_are_shared():
+    # 64 KiB alone at a port lives 5 us: a fine step; 31 of them per NIC (an all-to-all) live
+    # 31 times longer: the coarse one
+    sc = scenario(gpus=32, size="64KiB")
+    fabric, flows, stream = permutation(sc)
+    out = solve_dynamic_phase("spray", sc, fabric, flows, stream)
+    rtt = float(base_rtt_s(sc, int(fabric.flow_hops(flows.src, flows.dst).max())))
+    assert out.dt_s < rtt * dynamic_engine.DT_RTT / 2
+    sc = scenario(gpus=32, workload=[{"name": "a2a", "collective": "all-to-all",
+                                      "size": "2MiB"}])
+    fabric = build(sc)
+    a2a = build_workload(sc, np.random.default_rng([sc.seed, 0]))[0]
+    out = solve_dynamic_phase("spray", sc, fabric, a2a.phases[0].flows, (a2a.stream, 0))
+    assert out.dt_s == pytest.approx(rtt * dynamic_engine.DT_RTT)
 
 
 @pytest.fixture(scope="module")
