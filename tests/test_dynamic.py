@@ -17,6 +17,7 @@ from fabricjax.engine.dynamic import (base_rtt_s, flow_link_pairs, packet_bytes,
 from fabricjax.engine import dynamic as dynamic_engine
 from fabricjax.engine.timing import transport_latency_s
 from fabricjax.fabric.build import build
+from fabricjax.policies import get as get_policy
 from fabricjax.scenario import parse_scenario
 from fabricjax.solver import dynamic as dyn
 from fabricjax.study.analyze import analyze
@@ -151,6 +152,20 @@ def test_memory_refused_with_advice():
     fabric, flows, stream = permutation(sc)
     with pytest.raises(Exception, match="would fit"):
         solve_dynamic_phase("spray", sc, fabric, flows, stream, max_memory=2**20)
+
+
+def test_the_memory_estimate_keeps_the_lags_link_signals():
+    # a finer step keeps more steps of feedback lag on every link: a limit that fits the
+    # coarse step's run refuses the fine one
+    sc = scenario()
+    policy = get_policy("spray")
+    links = 50_000
+    coarse = dynamic_engine.dynamic_memory(64, 8, 4, links, lag=4)
+    fine = dynamic_engine.dynamic_memory(64, 8, 4, links, lag=32)
+    assert fine - coarse == 28 * (links + 1) * dynamic_engine.BYTES_PER_LINK_SIGNAL
+    assert dynamic_engine.check_dynamic_memory(64, 8, 4, coarse, policy, sc, links, 4) == coarse
+    with pytest.raises(Exception, match="would fit"):
+        dynamic_engine.check_dynamic_memory(64, 8, 4, coarse, policy, sc, links, 32)
 
 
 # --------------------------------------------------------------------------- slow reference

@@ -58,6 +58,8 @@ REFERENCE_BDP = 100e9 / 8 * 12e-6   # NSCC's reference: 100 Gbit/s x 12 us (byte
 BYTES_PER_ENTRY = 64    # device bytes per (flow, slot, hop) entry: ids, gathers, the scatter
 BYTES_PER_SLOT = 48     # per (flow, slot): shares, rates, signals
 COMPILED_BYTES = 200 * 2**20
+BYTES_PER_LINK_SIGNAL = 24  # per link and step of feedback lag: 3 float32 signals, twice (the
+                            # loop's carry in and out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,20 +103,25 @@ def step_share(shortest_life_s: float, network_rtt: float) -> float:
     return share
 
 
-def dynamic_memory(num_flows: int, slots: int, hops: int) -> int:
-    """Estimated peak device bytes of one dynamic run."""
-    return (num_flows * slots * (hops * BYTES_PER_ENTRY + BYTES_PER_SLOT) + COMPILED_BYTES)
+def dynamic_memory(num_flows: int, slots: int, hops: int, num_links: int = 0,
+                   lag: int = 0) -> int:
+    """Estimated peak device bytes of one dynamic run (`lag`: steps of feedback delay, whose
+    link signals the loop keeps)."""
+    return (num_flows * slots * (hops * BYTES_PER_ENTRY + BYTES_PER_SLOT) +
+            (lag + 1) * (num_links + 1) * BYTES_PER_LINK_SIGNAL + COMPILED_BYTES)
 
 
 def check_dynamic_memory(num_flows: int, slots: int, hops: int, limit: int | None,
-                         policy: Policy, scenario: Scenario) -> int:
+                         policy: Policy, scenario: Scenario, num_links: int = 0,
+                         lag: int = 0) -> int:
     """The estimate, or a ScenarioError naming what would fit when it exceeds `limit`."""
-    need = dynamic_memory(num_flows, slots, hops)
+    need = dynamic_memory(num_flows, slots, hops, num_links, lag)
     if limit is None or need <= limit:
         return need
     field = policy.path_field(scenario)
-    fit = max((limit - COMPILED_BYTES) // max(num_flows * (hops * BYTES_PER_ENTRY +
-                                                          BYTES_PER_SLOT), 1), 0)
+    fixed = dynamic_memory(0, 0, 0, num_links, lag)
+    fit = max((limit - fixed) // max(num_flows * (hops * BYTES_PER_ENTRY +
+                                                  BYTES_PER_SLOT), 1), 0)
     advice = (f"{field[0]}.{field[1]} <= {fit}" if field is not None and fit >= 1
               else "fewer flows (fabric.gpus, workload[].gpus)")
     raise ScenarioError(
@@ -159,9 +166,6 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     links = fabric.slot_links(flows.src, flows.dst, slots.plane, choice,
                               split.pool).astype(np.int32)
     num_flows, num_slots, hops = links.shape
-    check_dynamic_memory(num_flows, num_slots, hops,
-                         available_memory() if max_memory is None else max_memory,
-                         policy, scenario)
     num_links = fabric.num_links
     alive_mask = np.ones(num_links, bool) if alive is None else np.asarray(alive, bool)
     alive_ext = np.r_[alive_mask, True]
@@ -201,6 +205,10 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
                       nic[flows.dst] / np.maximum(per_dst[flows.dst], 1))
     life = np.where(sending_flow, size / np.maximum(fair, 1e-30), np.inf)
     step = step_share(float(life.min(initial=np.inf)), network_rtt)
+    lag = max(int(round(LAG_RTT / step)), 0)
+    check_dynamic_memory(num_flows, num_slots, hops,
+                         available_memory() if max_memory is None else max_memory,
+                         policy, scenario, num_links, lag)
     src = flows.src
     start = relative_starts(flows)          # the device sees no absolute clock
     fabric_gbps = np.asarray(fabric.capacity, np.float64)
@@ -239,7 +247,6 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     target = 0.75 * network_rtt
     scale_b = target / 12e-6
     dt = network_rtt * step
-    lag = max(int(round(LAG_RTT / step)), 0)
     static_s = static.fabric_end_s          # the static level's end, on the wire
     horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + float(start.max(
         initial=0.0))
