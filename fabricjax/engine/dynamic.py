@@ -3,9 +3,10 @@
 Contract. `solve_dynamic_phase` takes what the static level takes (scenario, fabric, flows, the
 workload stream) and the same slots (`engine.phase.initial_slots`, through the same routes),
 solves the static phase first (its P100, its completion, which bounds the horizon, and the
-split a non-adaptive policy keeps), decides every shape and setting on the host (dt: an eighth of the
-base RTT, finer where a flow is short, `step_share`; the buffers and ECN thresholds from the BDP as htsim derives them, the step bound), checks the
-memory estimate (`dynamic_memory`, refused with advice past the limit) and runs one jitted
+split a non-adaptive policy keeps), decides every shape and setting on the host (dt: an eighth
+of the base RTT, finer where a flow is short, `step_share`; the buffers and ECN thresholds
+from the BDP as htsim derives them, the step bound), checks the memory estimate
+(`dynamic_memory`, refused with advice past the limit) and runs one jitted
 `solver.dynamic.simulate_dynamic`. It returns a `DynamicOutcome` of numpy arrays: per-flow
 FCTs as the static level counts them (at the sender, the last ACK back), the phase's
 completion, the time-averaged link utilisation's P100 beside the static P100, and the queue
