@@ -27,14 +27,16 @@ One step:
    packets are on every slot) as the queues stood when its last byte joined them (between
    the queue at the step's start and at its end, at that fraction);
 5. the window follows NSCC (below), and the policy picks the EVs of the next packets
-   (`ev_rule`, moving the shares toward that mix within an RTT, from the signals the sender
-   sees): `fixed` (spraying's EV cycle; ECMP, whose QPs the host runs as flows of their own)
-   keeps its shares, trimmed bytes resent over all of them; `bitmap`, htsim's bitmap walk
-   (uec_mp.cpp, UecMpBitmap): the walk skips an EV once per ECN echo and BITMAP_NACK times
-   per NACK, so an EV with mark probability m and trim share t gets 1 / (1 + m + 4 t) of its
-   visits; `reps`, htsim's REPS (UecMpReps, buffer_reps.cpp): every clean ACK puts its EV
-   back for one reuse, every other packet draws an EV uniformly at random, so the mix is
-   (1 - q) uniform + q (the shares of the clean EVs) with q the clean ACKs per packet.
+   (`ev_rule`, moving the shares toward that mix within an RTT or one pass of the walk over
+   the live EVs, whichever is longer: an EV is re-weighted only when the walk comes back to
+   it, from the signals the sender sees): `fixed` (spraying's EV cycle; ECMP, whose QPs the
+   host runs as flows of their own) keeps its shares, trimmed bytes resent over all of them;
+   `bitmap`, htsim's bitmap walk (uec_mp.cpp, UecMpBitmap): the walk skips an EV once per
+   ECN echo and BITMAP_NACK times per NACK, so an EV with mark probability m and trim share
+   t gets 1 / (1 + m + 4 t) of its visits; `reps`, htsim's REPS (UecMpReps,
+   buffer_reps.cpp): every clean ACK puts its EV back for one reuse, every other packet
+   draws an EV uniformly at random, so the mix is (1 - q) uniform + q (the shares of the
+   clean EVs) with q the clean ACKs per packet.
 
 NSCC, as htsim's `uec.cpp` (github.com/ultraethernet/uet-htsim at 40ccb05,
 `UecSrc::initNsccParams`, `updateCwndOnAck_NSCC`, `updateCwndOnNack_NSCC`, `quick_adapt`,
@@ -380,7 +382,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         if ev_rule == "fixed":
             share = s.share
         else:
-            share = s.share + jnp.where(sending, jnp.minimum(dt / rtt, 1.0),
+            # the walk re-weights an EV only when it comes back to it: once per pass over the
+            # live EVs, so the mix moves within an RTT or a pass, whichever is longer
+            walk = n_live[:, 0] * p.pkt / jnp.maximum(rate, TINY)
+            share = s.share + jnp.where(sending, jnp.minimum(dt / jnp.maximum(rtt, walk), 1.0),
                                         0.0)[:, None] * (aim - s.share)
         # ---- records
         signals = _link_signals(queue, capacity, kmin, kmax, passed, wait)
