@@ -262,12 +262,11 @@ class ClosRoutes(RoutesMixin):
     def slot_loads(self, plane, choice, rate, num_segments: int):
         """float[L+1]: loads of rate[F, K] (Gbit/s per slot) over the 2K fabric hops and 2P
         NIC-port hops of every flow: four scatters (measured 2x faster than one over the
-        concatenated entries), NIC ports summed per plane by a reshape."""
-        up, down = self.fabric_hops(plane, choice)
+        concatenated entries), NIC ports summed per plane by a reshape: `choice_loads`'s two,
+        then `rate_loads`'s two, in that order."""
         host_up, host_down, plane_rate = self._host_rates(rate)
-        return (jnp.zeros(num_segments, jnp.float32).at[up].add(rate)
-                .at[down].add(rate).at[host_up].add(plane_rate)
-                .at[host_down].add(plane_rate))
+        return (self.choice_loads(plane, choice, rate, num_segments)
+                .at[host_up].add(plane_rate).at[host_down].add(plane_rate))
 
     def _host_rates(self, rate):
         plane_rate = per_plane_sum(rate, self.geom.planes)
