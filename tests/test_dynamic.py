@@ -4,11 +4,15 @@ steps against a slow numpy reference written from the module's contract."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
+import math
 import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -170,6 +174,100 @@ def test_the_memory_estimate_keeps_the_lags_link_signals():
 
 # --------------------------------------------------------------------------- slow reference
 
+def spurious_reference(rate, rtt, mark, p):
+    """`dyn.spurious_share` in float64, run length by run length."""
+    gap = p["pkt"] / rate
+    sent_before = math.ceil(p["rto"] / gap)
+    longest = min(math.ceil(p["ack_packets"]), dyn.ACK_RUN_MAX)
+    duplicates = originals = 0.0
+    for k in range(1, longest + 1):
+        prob = mark * (1 - mark) ** (k - 1) if k < longest else (1 - mark) ** (k - 1)
+        acked = (k - 1) * gap + rtt
+        length = min(k, sent_before)
+        if acked > p["rto"]:
+            first_ack = min(acked, sent_before * gap + rtt)
+            duplicates += prob * min(max(math.ceil((first_ack - p["rto"]) / gap), 1), length)
+        originals += prob * length
+    return duplicates / (originals + duplicates)
+
+
+def timeouts_packet_by_packet(gap, rtt, rto, ack_packets, mark, packets, seed):
+    """The share of a flow's packets sent twice, from htsim's rules one packet at a time: the
+    flow has a send slot every `gap` (a pending duplicate goes first); the receiver ACKs
+    everything it holds at a marked packet, a duplicate, its `ack_packets`-th since the last
+    ACK or the last packet; the sender's one timer runs for its oldest unACKed packet and
+    fires `rto` after that packet left (at once if already past), which queues the packet
+    again. Nothing is lost, so every timeout is spurious."""
+    rng = np.random.default_rng(seed)
+    events, order = [], itertools.count()
+
+    def at(time, kind, data=None):
+        heapq.heappush(events, (time, next(order), kind, data))
+
+    unacked, arrived, again = {}, {}, []        # arrived: seq -> its place in arrival order
+    state = dict(count=0, next=0, sent=0, twice=0, timer=0)
+
+    def arm(now):
+        state["timer"] += 1
+        if unacked:
+            oldest = min(unacked, key=unacked.get)
+            at(max(unacked[oldest] + rto, now), "timer", (state["timer"], oldest))
+
+    at(0.0, "slot")
+    while events:
+        now, _, kind, data = heapq.heappop(events)
+        if kind == "slot":
+            if again:
+                seq, duplicate = again.pop(0), True
+            elif state["next"] < packets:
+                seq, duplicate = state["next"], False
+                state["next"] += 1
+            else:
+                continue
+            state["sent"] += 1
+            state["twice"] += duplicate
+            idle = not unacked
+            unacked[seq] = now
+            at(now + rtt / 2, "arrive", (seq, rng.random() < mark, duplicate))
+            if idle:
+                arm(now)
+            at(now + gap, "slot")
+        elif kind == "arrive":
+            seq, marked, duplicate = data
+            arrived.setdefault(seq, len(arrived))
+            state["count"] += 1
+            if (marked or duplicate or state["count"] >= ack_packets
+                    or len(arrived) == packets):
+                state["count"] = 0
+                at(now + rtt / 2, "ack", len(arrived))    # it covers every arrival so far
+        elif kind == "ack":
+            oldest = min(unacked, key=unacked.get) if unacked else None
+            for seq in [seq for seq in unacked if arrived.get(seq, packets) < data]:
+                del unacked[seq]
+            if oldest is not None and oldest not in unacked:
+                arm(now)
+        elif data[0] == state["timer"]:            # the live timer fires
+            unacked.pop(data[1], None)
+            again.append(data[1])
+            arm(now)
+    return state["twice"] / state["sent"]
+
+
+@pytest.mark.parametrize("gap_us,rtt_us,mark", [
+    (20, 14, 0.0), (28, 14, 0.2), (28, 30, 0.0), (32, 14, 0.2), (42, 14, 0.0), (42, 30, 0.0),
+    (42, 30, 0.5), (50, 14, 0.2), (60, 20, 0.0), (90, 14, 0.5), (120, 30, 0.2)])
+def test_spurious_timeouts_match_htsims_rules_packet_by_packet(gap_us, rtt_us, mark):
+    # htsim's all-to-all over 127 peers: 4,160-byte packets 42 us apart, timer 100.9 us
+    p = dict(pkt=4160.0, rto=100.9e-6, ack_packets=4.0)
+    gap, rtt = gap_us * 1e-6, rtt_us * 1e-6
+    packets = timeouts_packet_by_packet(gap, rtt, p["rto"], 4, mark, 10_000, seed=gap_us)
+    params = dyn.DynamicParams(**{k: np.float32(0) for k in dyn.DynamicParams._fields} | {
+        k: np.float32(v) for k, v in p.items()})
+    share = float(dyn.spurious_share(jnp.float32(p["pkt"] / gap), jnp.float32(rtt),
+                                     jnp.float32(mark), params))
+    assert abs(share - packets) < 0.012
+    assert share == pytest.approx(spurious_reference(p["pkt"] / gap, rtt, mark, p), abs=1e-6)
+
 def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
               buffer, kmin, kmax, multiplexed, p, *, ev_rule, lag, steps, p_seed=11):
     """The module's step, flow by flow and hop by hop in float64 numpy loops."""
@@ -203,6 +301,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
             for _ in range(lag + 1)]
     delivered = np.zeros(num_flows)
     trimmed = np.zeros(num_flows)
+    duplicated = np.zeros(num_flows)
     link_bytes = np.zeros(num_links)
     finish = np.where(size > 0, np.inf, start)
     dt = p["dt"]
@@ -234,8 +333,13 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                 nic_bound[f] = w > fair
                 left -= unc[f]
         thr = (s * sp).sum(1)
-        rate = np.minimum(unc, R / (dt * np.maximum(thr, dyn.MIN_THROUGH)))
+        clean = s * sp
+        mark = (clean * sm).sum(1) / np.maximum(clean.sum(1), 1e-30)
+        dup = np.array([spurious_reference(unc[f], rtt[f], mark[f], p) if nic_bound[f] else 0.0
+                        for f in range(num_flows)])
+        rate = np.minimum(unc, R / (dt * np.maximum(thr, dyn.MIN_THROUGH) * (1 - dup)))
         per_ack = np.where(nic_bound & (rate >= unc), p["ack_packets"], 1.0)
+        dup = np.where(per_ack > 1, dup, 0.0)
         A = np.zeros(num_links)
         per_flow = np.zeros((num_flows, num_links))
         P2 = np.zeros(num_links)
@@ -271,6 +375,8 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                 th = np.prod([passed[links[f, k, h]] for h in range(hops)])
                 ok[f] += rate[f] * s[f, k] * dt * th
                 lost[f] += rate[f] * s[f, k] * dt * (1 - th)
+        twice = ok * dup
+        ok = ok - twice
         done = sending & (ok >= R - dyn.LAST_BYTE)
         for f in np.flatnonzero(done):
             # the last byte waits behind each used slot's queue as it stood when it joined
@@ -289,8 +395,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         R = np.where(done, 0.0, R - gone)
         delivered += gone
         trimmed += lost
-        clean = s * sp
-        mark = (clean * sm).sum(1) / np.maximum(clean.sum(1), 1e-30)
+        duplicated += twice
         d_mark = (clean * sm * sd).sum(1) / np.maximum((clean * sm).sum(1), 1e-30)
         d_clean = (clean * (1 - sm) * sd).sum(1) / np.maximum((clean * (1 - sm)).sum(1), 1e-30)
         unm = gone * (1 - mark)
@@ -317,7 +422,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         Wn = np.where(cut, Wn * factor, Wn)
         marks = np.where(cut, 0, marks)
         since = np.where(cut, 0, since)
-        Wn = Wn - dyn.NACK_DECREASE * lost
+        Wn = Wn - dyn.NACK_DECREASE * lost - twice
         ach = ach + gone
         trig = trig | (lost > 0) | (delay > 4 * p["target"])
         due = now >= qa_clock
@@ -342,7 +447,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                 aim - s)
         Q = Qn
         hist[step % (lag + 1)] = signals(Q, passed, wait)
-    return delivered, trimmed, link_bytes[:-1], finish
+    return delivered, trimmed, duplicated, link_bytes[:-1], finish
 
 
 @pytest.mark.parametrize("ev_rule,pkt", [("fixed", 4160.0), ("reps", 4160.0),
@@ -367,7 +472,8 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
     multiplexed = np.r_[np.ones(num_links), 0.0]
     p = dict(dt=1.2e-6, pkt=pkt, mtu=4160.0, target=7e-6, network_rtt=9.5e-6,
              alpha=4 * 4096 * 0.8 * 0.6 / 7e-6, fi=5 * 4096 * 0.8, eta=0.15 * 4096 * 0.8,
-             fi_scale=0.2, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0)
+             fi_scale=0.2, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0,
+             rto=10.5e-6)   # the NIC-held flow's ACK runs time out now and then
     steps, lag = 30, 2
     params = dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
                                max_steps=np.int32(steps), stride=np.int32(1),
@@ -379,12 +485,14 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
                                buffer.astype(f32), kmin.astype(f32), kmax.astype(f32),
                                multiplexed.astype(f32), *flow_link_pairs(links, num_links),
                                params, ev_rule=ev_rule, lag=lag)
-    delivered, trimmed, link_bytes, finish = reference(
+    delivered, trimmed, duplicated, link_bytes, finish = reference(
         links, share, live, size, start, src, nic, base, max_window, capacity, buffer, kmin,
         kmax, multiplexed, p, ev_rule=ev_rule, lag=lag, steps=steps)
     assert trimmed.sum() > 0                       # the case trims, so the path is exercised
+    assert duplicated.sum() > 0                    # and a timer fires before an ACK
     np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
     np.testing.assert_allclose(np.asarray(out.trimmed), trimmed, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.duplicated), duplicated, rtol=2e-3, atol=64)
     np.testing.assert_allclose(np.asarray(out.link_bytes), link_bytes, rtol=2e-3, atol=64)
     assert np.isfinite(finish).any()               # a flow finishes within the steps
     np.testing.assert_allclose(np.asarray(out.finish), finish, rtol=2e-3)

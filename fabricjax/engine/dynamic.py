@@ -15,13 +15,15 @@ and throughput over time.
 htsim's derivations (main_uec.cpp at 40ccb05): network RTT = 2 x diameter x link latency +
 diameter x (data packet + ACK) serialisation at the port rate; BDP in packets = ceil(RTT x
 port rate / packet); queue = 1 BDP (trimming on); ECN Kmin / Kmax = ceil(0.2 / 0.8 BDP)
-packets; a degraded link scales its queue and thresholds with its speed. A policy declares its
-reaction at ACK time (`Policy.feedback`): "recycle" starts from an equal split over its live
-slots and picks its EVs as htsim's bitmap walk does (`MRC_EV_RULE`: skipping marked and
-trimmed EVs; solver.dynamic also has REPS's rule); "fixed" keeps the static split over one
-connection's slots; "connections" keeps it too, but every slot is a connection of its own
-(ECMP's QPs: its own bytes, its own NSCC window bounded by 1.5 BDP of the port it leaves by, as
-uec.cpp bounds a connection by its NIC port's speed), and the flow ends with its slowest one.
+packets; a degraded link scales its queue and thresholds with its speed; the retransmission
+timeout = 15 us + 6 queues' drain at the port rate (100.9 us at 100G, 14 us RTT). A policy
+declares its reaction at ACK time (`Policy.feedback`): "recycle" starts from an equal split
+over its live slots and picks its EVs as htsim's bitmap walk does (`MRC_EV_RULE`: skipping
+marked and trimmed EVs; solver.dynamic also has REPS's rule); "fixed" keeps the static split
+over one connection's slots; "connections" keeps it too, but every slot is a connection of
+its own (ECMP's QPs: its own bytes, its own NSCC window bounded by 1.5 BDP of the port it
+leaves by, as uec.cpp bounds a connection by its NIC port's speed), and the flow ends with its
+slowest one.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ DT_RTT_MIN = 1 / 64     # ... down to this share
 LAG_RTT = 0.5           # the sender sees the links' state this many base RTTs late
 HORIZON_STATIC = 12.0   # the step bound: this many static completions ...
 HORIZON_RTTS = 200.0    # ... plus this many base RTTs
+RTO_MIN_S = 15e-6       # htsim's retransmission timeout: 15 us plus six full buffers' drain
+RTO_BUFFERS = 6         # at the port rate (datacenter/main_uec.cpp, UecSrc::_min_rto)
 ACK_PAYLOAD = 16384     # htsim's receiver ACKs every 16 KiB of new data (UecSink)
 MRC_EV_RULE = "bitmap"  # the EV choice mrc follows in time (solver.dynamic: bitmap, reps)
 REFERENCE_BDP = 100e9 / 8 * 12e-6   # NSCC's reference: 100 Gbit/s x 12 us (bytes)
@@ -71,7 +75,8 @@ class DynamicOutcome:
     inf for a flow that did not finish. completion_s: the phase's end at the receivers (the
     last byte of the slowest flow). p100_time_avg / p100_static: the busiest link's
     utilisation averaged over the phase, and the static level's P100. delivered_bytes,
-    size_bytes: float64[F] wire bytes. max_fill: the largest queue / buffer any link reached.
+    size_bytes, trimmed_bytes (sent again), duplicated_bytes (delivered twice on a spurious
+    timeout): float64[F] wire bytes. max_fill: the largest queue / buffer any link reached.
     series: float64[T, 4] (time s, largest queue fill, throughput Gbit/s, flows sending).
     steps, dt_s, status (core.status.Status flags) and the static level's outcome."""
 
@@ -82,6 +87,7 @@ class DynamicOutcome:
     delivered_bytes: np.ndarray
     size_bytes: np.ndarray
     trimmed_bytes: np.ndarray
+    duplicated_bytes: np.ndarray
     max_fill: float
     link_fill: np.ndarray
     series: np.ndarray
@@ -257,7 +263,9 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         dt=dt, pkt=float(pkt), mtu=float(pkt), target=target, network_rtt=network_rtt,
         alpha=4.0 * mss * scale_a * scale_b / target, fi=5.0 * mss * scale_a,
         eta=0.15 * mss * scale_a, fi_scale=0.25 * scale_a, gamma=0.8, delay_alpha=0.0125,
-        ack_packets=ACK_PAYLOAD / mss, max_steps=max_steps, stride=stride,
+        ack_packets=ACK_PAYLOAD / mss,
+        rto=RTO_MIN_S + RTO_BUFFERS * bdp_pkts * pkt / port, max_steps=max_steps,
+        stride=stride,
         seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31)
     f32 = np.float32
     ext = lambda a, fill: np.r_[a, fill].astype(f32)   # noqa: E731 - the sentinel's value
@@ -273,12 +281,14 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     finish = np.asarray(out.finish, np.float64)
     delivered = np.asarray(out.delivered, np.float64)
     trimmed = np.asarray(out.trimmed, np.float64)
+    duplicated = np.asarray(out.duplicated, np.float64)
     start = relative_starts(flows)
     if connections:
         last = np.argmax(finish.reshape(num_flows, num_slots), axis=1)   # its slowest QP
         finish = finish.reshape(num_flows, num_slots)[np.arange(num_flows), last]
         delivered = delivered.reshape(num_flows, num_slots).sum(1)
         trimmed = trimmed.reshape(num_flows, num_slots).sum(1)
+        duplicated = duplicated.reshape(num_flows, num_slots).sum(1)
         size = size.reshape(num_flows, num_slots).sum(1)
     # FCT at the sender: its last byte acknowledged (0 extra with the transport off)
     fct = np.where(np.isfinite(finish),
@@ -298,6 +308,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         fct_s=fct, completion_s=end, p100_time_avg=p100,
         p100_static=float(static.result.stats[0, 2]),
         delivered_bytes=delivered, size_bytes=size, trimmed_bytes=trimmed,
+        duplicated_bytes=duplicated,
         max_fill=float(np.max(out.max_fill, initial=0.0)),
         link_fill=np.asarray(out.max_fill, np.float64), series=series, steps=steps,
         dt_s=dt, status=int(out.status), static=static)

@@ -13,8 +13,11 @@ One step:
    share of its bytes trimmed;
 2. rate r = min(W / RTT, NIC) with RTT = base RTT + the slots' mean queueing delay, the NIC
    shared by its GPU's flows in proportion (its per-packet round robin), never more than R;
-   each slot carries r s; a hop receives what the hops before it forwarded in the last step
-   (their departures: a queue's output is its capacity, shared by what arrived);
+   a flow its NIC holds back sends some packets twice where its retransmission timer fires
+   before the receiver's batched ACK comes back (`spurious_share`: packets further apart than
+   about (rto - RTT) / 3, as in an all-to-all over ~90 peers or more); each slot carries
+   r s; a hop receives what the hops before it forwarded in the last step (their
+   departures: a queue's output is its capacity, shared by what arrived);
 3. Q += (A - C) dt clipped to [0, B]: what overflows is trimmed (`pass` < 1), the slot's
    trimmed bytes stay in R and are sent again (over the slots as the shares say). Where
    several flows merge, packets also wait as in an M/D/1 queue at the link's utilisation
@@ -80,6 +83,8 @@ QUICK_ADAPT = True
 PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
 BITMAP_NACK = 4.0      # htsim's bitmap: a NACK's penalty in skipped visits (an ECN echo's: 1)
 NIC_ROUNDS = 4         # water-filling rounds of the NIC's round robin
+SPURIOUS_TIMEOUTS = True  # a timer that fires before a held-back ACK sends a packet twice
+ACK_RUN_MAX = 8        # the longest run of packets between two ACKs the model follows
 RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
 
 
@@ -87,8 +92,9 @@ class DynamicParams(NamedTuple):
     """Traced settings of one run (float32 scalars unless noted): dt (s); pkt wire bytes per
     packet; mtu (bytes, the smallest window); target (s, target queueing delay); network_rtt
     (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha, ack_packets (packets
-    per ACK of a flow its NIC holds back) (no unit); max_steps, stride (int32: steps between
-    time-series records); seed (int32: the marks' draws)."""
+    per ACK of a flow its NIC holds back) (no unit); rto (s, the retransmission timeout);
+    max_steps, stride (int32: steps between time-series records); seed (int32: the marks'
+    draws)."""
 
     dt: jax.Array
     pkt: jax.Array
@@ -102,6 +108,7 @@ class DynamicParams(NamedTuple):
     gamma: jax.Array
     delay_alpha: jax.Array
     ack_packets: jax.Array
+    rto: jax.Array
     max_steps: jax.Array
     stride: jax.Array
     seed: jax.Array
@@ -112,16 +119,18 @@ class Dynamic(NamedTuple):
 
     finish: float32[F] seconds from the phase start when the last byte reaches the receiver
     (its queueing delay included; propagation is the host's), inf if unfinished.
-    delivered, trimmed: float32[F] wire bytes delivered (equals the flow's bytes when it
-    finishes) and trimmed (then sent again). link_bytes: float32[L] bytes each link carried.
-    max_fill: float32[L] the largest Q / B each link reached. steps: int32. status: int32
-    Status flags (EVENT_LIMIT: `max_steps` reached with bytes left). series: float32[RECORDS, 3]
-    per record interval: the largest queue fill Q / B, the throughput (bytes/s delivered) and
-    the flows still sending."""
+    delivered, trimmed, duplicated: float32[F] wire bytes delivered (equals the flow's bytes
+    when it finishes), trimmed (then sent again) and delivered twice (a spurious timeout's
+    duplicates). link_bytes: float32[L] bytes each link carried. max_fill: float32[L] the
+    largest Q / B each link reached. steps: int32. status: int32 Status flags (EVENT_LIMIT:
+    `max_steps` reached with bytes left). series: float32[RECORDS, 3] per record interval:
+    the largest queue fill Q / B, the throughput (bytes/s delivered) and the flows still
+    sending."""
 
     finish: jax.Array
     delivered: jax.Array
     trimmed: jax.Array
+    duplicated: jax.Array
     link_bytes: jax.Array
     max_fill: jax.Array
     steps: jax.Array
@@ -147,6 +156,7 @@ class _State(NamedTuple):
     finish: jax.Array
     delivered: jax.Array
     trimmed: jax.Array
+    duplicated: jax.Array
     link_bytes: jax.Array
     max_fill: jax.Array
     series: jax.Array
@@ -194,6 +204,37 @@ def _path(signals_at):
     return delay, mark, passed
 
 
+def spurious_share(rate, rtt, mark, p):
+    """The share of a flow's packets that are duplicates, sent because its retransmission
+    timer fired while the receiver held their ACK back (nothing was lost).
+
+    uec.cpp: `UecSink::shouldSack` ACKs every `ack_packets` packets, or at once on a marked
+    packet or a duplicate; `UecSrc::startRTO` fires `rto` after the oldest unACKed packet
+    left, and the duplicate waits for the flow's next send slot. A run of k packets up to the
+    receiver's next ACK (marked at k, or k = ack_packets) times out when its first packet's
+    ACK comes back after `rto`: (k - 1) gap + rtt > rto, with gap the time between the flow's
+    packets. Then every packet of the run sent more than `rto` before the run's first ACK
+    (its own, or the duplicate's) is sent again. Exact against a packet-by-packet simulation
+    of those rules (tests/test_dynamic.py) but for the duplicates' own slots' jitter."""
+    gap = p.pkt / jnp.maximum(rate, TINY)
+    sent_before = jnp.ceil(p.rto / gap)                 # packets sent before the timer fires
+    duplicate_acked = sent_before * gap + rtt            # the first duplicate's ACK is back
+    run_max = jnp.minimum(jnp.ceil(p.ack_packets), ACK_RUN_MAX)
+    no_mark = 1.0 - mark
+    duplicates = jnp.zeros_like(rate)
+    originals = jnp.zeros_like(rate)
+    for k in range(1, ACK_RUN_MAX + 1):
+        prob = jnp.where(k < run_max, mark * no_mark ** (k - 1),
+                         jnp.where(k == run_max, no_mark ** (k - 1), 0.0))
+        acked = (k - 1) * gap + rtt
+        length = jnp.minimum(float(k), sent_before)
+        late = jnp.ceil((jnp.minimum(acked, duplicate_acked) - p.rto) / gap)
+        duplicates += prob * jnp.where(acked > p.rto, jnp.clip(late, 1.0, length), 0.0)
+        originals += prob * length
+    per_original = duplicates / jnp.maximum(originals, TINY)
+    return per_original / (1.0 + per_original)
+
+
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
                      max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
                      params: DynamicParams, *,
@@ -232,7 +273,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         queue=jnp.zeros(num_links), forward=jnp.ones(num_links),
         history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
         finish=jnp.where(size > 0, jnp.inf, start), delivered=jnp.zeros(num_flows),
-        trimmed=jnp.zeros(num_flows), link_bytes=jnp.zeros(num_links),
+        trimmed=jnp.zeros(num_flows), duplicated=jnp.zeros(num_flows),
+        link_bytes=jnp.zeros(num_links),
         max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)))
 
     def cond(s: _State):
@@ -253,13 +295,22 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # never much past what is left: the last step sends what should get through
         through_seen = (s.share * seen_pass).sum(1)
         uncapped = want * scale
-        rate = jnp.minimum(uncapped,
-                           s.remaining / (dt * jnp.maximum(through_seen, MIN_THROUGH)))
-        slot_rate = rate[:, None] * s.share
+        clean = s.share * seen_pass
+        marked_w = clean * seen_mark
+        unmarked_w = clean - marked_w
+        mark_f = marked_w.sum(1) / jnp.maximum(clean.sum(1), TINY)
         # packets per clean ACK: a packet that fills the window or empties the backlog asks
         # for an ACK at once (uec.cpp, the AR flag), so a window-limited flow or one sending
         # its last bytes is ACKed packet by packet, one held back by its NIC every 16 KiB
-        per_ack = jnp.where((scale < 1.0) & (rate >= uncapped), p.ack_packets, 1.0)
+        # -- and the share of its packets it sends twice when its timer fires first
+        held = scale < 1.0
+        dup = jnp.where(held & SPURIOUS_TIMEOUTS, spurious_share(uncapped, rtt, mark_f, p),
+                        0.0)
+        rate = jnp.minimum(uncapped, s.remaining / (
+            dt * jnp.maximum(through_seen, MIN_THROUGH) * (1.0 - dup)))
+        per_ack = jnp.where(held & (rate >= uncapped), p.ack_packets, 1.0)
+        dup = jnp.where(per_ack > 1.0, dup, 0.0)
+        slot_rate = rate[:, None] * s.share
         # arrivals: hop h gets what the hops before it forwarded in the last step
         upstream = jnp.cumprod(s.forward[links], axis=-1)
         reach = jnp.concatenate([jnp.ones_like(upstream[..., :1]), upstream[..., :-1]], -1)
@@ -289,7 +340,9 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # this step's bytes: those trimmed anywhere on their slot stay in R
         through = jnp.prod(passed[links], axis=-1)                       # [F, K]
         sent = slot_rate * dt
-        ok_bytes = (sent * through).sum(1)
+        arrived = (sent * through).sum(1)
+        ok_bytes = arrived * (1.0 - dup)          # the duplicates arrive too, for nothing
+        dup_bytes = arrived * dup
         lost_bytes = (sent * (1.0 - through)).sum(1)
         # a byte's tolerance: trimmed remainders would otherwise shrink geometrically
         done_now = sending & (ok_bytes >= s.remaining - LAST_BYTE)
@@ -312,10 +365,6 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
         # ---- NSCC on what came back this step
         acked = gone
-        clean = s.share * seen_pass
-        marked_w = clean * seen_mark
-        unmarked_w = clean - marked_w
-        mark_f = marked_w.sum(1) / jnp.maximum(clean.sum(1), TINY)
         # the delay samples of the marked and of the unmarked ACKs (per slot, not the mean:
         # an EV on a slow path cuts the window when its marked ACK comes back late)
         delay_marked = (marked_w * seen_delay).sum(1) / jnp.maximum(marked_w.sum(1), TINY)
@@ -352,7 +401,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         window = jnp.where(cut, window * factor, window)
         marks = jnp.where(cut, 0.0, marks)
         since_dec = jnp.where(cut, 0.0, since_dec)
-        window = window - NACK_DECREASE * lost_bytes
+        # a timeout takes its packet off the window (`mark_packet_for_retransmission`)
+        window = window - NACK_DECREASE * lost_bytes - dup_bytes
         # quick adapt: every base RTT + target, on a trim or a delay past 4 targets
         achieved = s.achieved + acked
         trigger = s.qa_trigger | (lost_bytes > 0) | (delay_f > 4.0 * p.target)
@@ -402,12 +452,14 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             since_dec=since_dec, marks=marks, achieved=achieved, qa_clock=qa_clock,
             qa_trigger=trigger, share=share, queue=queue, forward=forward, history=history,
             finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
-            link_bytes=link_bytes, max_fill=jnp.maximum(s.max_fill, fill),
+            duplicated=s.duplicated + dup_bytes, link_bytes=link_bytes,
+            max_fill=jnp.maximum(s.max_fill, fill),
             series=s.series.at[slot].set(row))
 
     out = jax.lax.while_loop(cond, body, init)
     status = jnp.where(jnp.any(out.remaining > 0), jnp.int32(int(Status.EVENT_LIMIT)),
                        jnp.int32(0))
     return Dynamic(finish=out.finish, delivered=out.delivered, trimmed=out.trimmed,
-                   link_bytes=out.link_bytes[:-1], max_fill=out.max_fill[:-1],
+                   duplicated=out.duplicated, link_bytes=out.link_bytes[:-1],
+                   max_fill=out.max_fill[:-1],
                    steps=out.step, status=status, series=out.series)
