@@ -268,6 +268,7 @@ def test_spurious_timeouts_match_htsims_rules_packet_by_packet(gap_us, rtt_us, m
     assert abs(share - packets) < 0.012
     assert share == pytest.approx(spurious_reference(p["pkt"] / gap, rtt, mark, p), abs=1e-6)
 
+
 def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
               buffer, kmin, kmax, multiplexed, p, *, ev_rule, lag, steps, p_seed=11):
     """The module's step, flow by flow and hop by hop in float64 numpy loops."""
