@@ -37,6 +37,8 @@ echo "$COMMIT" > "$WORKDIR/src/COMMIT"
 # one addition, inert unless HTSIM_ROUTES is set: print the path every ECMP flow was hashed to
 # (run_htsim.sh keeps them in routes/, compare.py runs fabricjax's ECMP on the same paths)
 patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_route_dump.patch"
+# and one more, inert unless HTSIM_BITMAP_STATS is set: the bitmap walk's totals at exit
+patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_bitmap_stats.patch"
 
 nice -n 19 cmake -S "$WORKDIR/src/htsim/sim" -B "$WORKDIR/build" \
     -DCMAKE_BUILD_TYPE=Release -DENABLE_TESTS=OFF > "$WORKDIR/cmake.log" 2>&1
