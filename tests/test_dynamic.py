@@ -505,6 +505,9 @@ def test_base_rtt_is_htsims():
     rtt = float(base_rtt_s(sc, 6))
     assert abs(rtt - 14.02752e-6) < 1e-11
     assert int(np.ceil(rtt * 12.5e9 / 4160)) * 4160 == 178_880
+    # "Setting min RTO to 100.862" in htsim's log of the same fabric
+    rto = dynamic_engine.retransmission_timeout_s(rtt, 12.5e9, 4160.0)
+    assert abs(rto - 100.862e-6) < 1e-9
 
 
 def test_analyze_takes_flow_figures_from_the_dynamic_level():
