@@ -110,11 +110,10 @@ def step_share(shortest_life_s: float, network_rtt: float) -> float:
     return share
 
 
-def retransmission_timeout_s(network_rtt: float, port_bytes_s: float, pkt: float) -> float:
-    """htsim's minimum retransmission timeout (s): 15 us plus the drain of six switch
-    queues of one BDP (in whole packets) at the port rate (main_uec.cpp)."""
-    bdp_pkts = math.ceil(network_rtt * port_bytes_s / pkt)
-    return RTO_MIN_S + RTO_BUFFERS * bdp_pkts * pkt / port_bytes_s
+def retransmission_timeout_s(queue_bytes: float, port_bytes_s: float) -> float:
+    """htsim's minimum retransmission timeout (s): 15 us plus the drain of six switch queues
+    (`queue_bytes` each, one BDP in whole packets) at the port rate (main_uec.cpp)."""
+    return RTO_MIN_S + RTO_BUFFERS * queue_bytes / port_bytes_s
 
 
 def dynamic_memory(num_flows: int, slots: int, hops: int, num_links: int = 0,
@@ -271,7 +270,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         alpha=4.0 * mss * scale_a * scale_b / target, fi=5.0 * mss * scale_a,
         eta=0.15 * mss * scale_a, fi_scale=0.25 * scale_a, gamma=0.8, delay_alpha=0.0125,
         ack_packets=ACK_PAYLOAD / mss,
-        rto=retransmission_timeout_s(network_rtt, port, pkt), max_steps=max_steps,
+        rto=retransmission_timeout_s(bdp_pkts * pkt, port), max_steps=max_steps,
         stride=stride,
         seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31)
     f32 = np.float32
