@@ -270,6 +270,60 @@ def test_spurious_timeouts_match_htsims_rules_packet_by_packet(gap_us, rtt_us, m
     assert share == pytest.approx(spurious_reference(p["pkt"] / gap, rtt, mark, p), abs=1e-6)
 
 
+def round_robin_packet_by_packet(window_packets, rtt, packet_s, packets=30000):
+    """Packets per second each flow sends through one NIC that serves a FIFO of
+    the flows their windows let send, a packet per turn of `packet_s` (uec.cpp's UecNIC): a
+    flow that sends its window's last packet leaves the FIFO and joins its back when the
+    ACK of one of its packets comes back, `rtt` after that packet's turn began."""
+    in_flight = np.zeros(len(window_packets), int)
+    counted = np.zeros(len(window_packets))
+    ready = list(range(len(window_packets)))
+    acks: list[tuple[float, int]] = []
+    now, sent, warm_at = 0.0, 0, None
+    while sent < packets:
+        while acks and acks[0][0] <= now:
+            _, flow = heapq.heappop(acks)
+            in_flight[flow] -= 1
+            if in_flight[flow] == window_packets[flow] - 1:
+                ready.append(flow)
+        if not ready:
+            now = acks[0][0]
+            continue
+        flow = ready.pop(0)
+        if sent == packets // 4:
+            warm_at = now                  # count from here: the start's transient is gone
+        if sent >= packets // 4:
+            counted[flow] += 1
+        in_flight[flow] += 1
+        heapq.heappush(acks, (now + rtt[flow], flow))
+        if in_flight[flow] < window_packets[flow]:
+            ready.append(flow)
+        now += packet_s
+        sent += 1
+    return counted / (now - warm_at)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_nics_round_robin_matches_a_packet_by_packet_one(seed):
+    """Flows whose windows stop them wait an RTT and then their turn: the rates of a NIC's
+    flows within 6% of a packet-by-packet round robin (max-min fairness on W / RTT alone is
+    up to 78% off on these cases)."""
+    rng = np.random.default_rng(seed)
+    pkt, nic = 4160.0, 12.5e9
+    flows = int(rng.integers(2, 40))
+    window = rng.choice([1, 1, 2, 3, 5, 64], flows)
+    rtt = rng.uniform(10e-6, 40e-6, flows)
+    expected = round_robin_packet_by_packet(window, rtt, pkt / nic) * pkt
+    got, held = dyn.nic_round_robin(
+        jnp.asarray(window * pkt, jnp.float32), jnp.asarray(rtt, jnp.float32),
+        jnp.ones(flows, bool), jnp.zeros(flows, jnp.int32), jnp.asarray([nic], jnp.float32),
+        jnp.float32(pkt), 1)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=0.06)
+    # the flows the round robin holds back are those its turns, not their windows, pace
+    assert np.asarray(got)[np.asarray(held)] == pytest.approx(
+        np.asarray(got)[np.asarray(held)].max(), rel=1e-6)
+
+
 def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
               buffer, kmin, kmax, multiplexed, p, *, ev_rule, lag, steps, p_seed=11):
     """The module's step, flow by flow and hop by hop in float64 numpy loops."""
@@ -322,18 +376,29 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         sending = (R > 0) & (start <= now)
         delay = (s * sd).sum(1)
         rtt = base_rtt + delay
-        want = np.where(sending, W / rtt, 0.0)
-        # the NIC's round robin: textbook water-filling, GPU by GPU, smallest demand first
+        # the NIC's round robin, GPU by GPU: the fair level where the demands, each a
+        # window per RTT plus the wait for the flow's turn, fill the NIC (bisection)
         unc = np.zeros(num_flows)
         nic_bound = np.zeros(num_flows, bool)
         for g in range(nic.size):
-            mine = sorted((want[f], f) for f in range(num_flows) if src[f] == g and want[f] > 0)
-            left = nic[g]
-            for i, (w, f) in enumerate(mine):
-                fair = left / (len(mine) - i)
-                unc[f] = min(w, fair)
-                nic_bound[f] = w > fair
-                left -= unc[f]
+            mine = [f for f in range(num_flows) if src[f] == g and sending[f]]
+
+            def demand(f, level):
+                return W[f] / (rtt[f] + max(p["pkt"] / level - p["pkt"] / nic[g], 0.0))
+
+            def filled(level):
+                return sum(min(demand(f, level), level) for f in mine)
+
+            level = math.inf
+            if mine and filled(nic[g]) >= nic[g]:
+                lo, hi = nic[g] / len(mine), nic[g]
+                for _ in range(100):
+                    lo, hi = (lo, (lo + hi) / 2) if filled((lo + hi) / 2) >= nic[g] else (
+                        (lo + hi) / 2, hi)
+                level = hi
+            for f in mine:
+                unc[f] = min(demand(f, level), level)
+                nic_bound[f] = demand(f, level) > level
         thr = (s * sp).sum(1)
         clean = s * sp
         mark = (clean * sm).sum(1) / np.maximum(clean.sum(1), 1e-30)
@@ -462,12 +527,13 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
     links[:, :, 0] = rng.integers(0, num_links, (num_flows, 1))   # every slot has a link
     live = np.ones((num_flows, num_slots), bool)
     share = np.full((num_flows, num_slots), 1 / num_slots)
-    size = np.array([3e5, 8e4, 5e5, 2e5])
+    size = np.array([3e5, 1.5e5, 5e5, 8e4])
     start = np.array([0.0, 0.0, 2e-6, 0.0])
     src = np.array([0, 1, 1, 2], np.int32)
-    nic = np.full(gpus, 12.5e9)
+    nic = np.array([12.5e9, 2.5e9, 12.5e9])
     base = np.array([9e-6, 10e-6, 8e-6, 9.5e-6])
-    max_window = 1.5 * base * 12.5e9 * np.array([1.0, 1.0, 0.3, 1.0])   # GPU 1: unequal asks
+    # GPU 1: a slower NIC and unequal asks, one window-limited (it waits for its turns too)
+    max_window = 1.5 * base * 12.5e9 * np.array([1.0, 1.0, 0.1, 1.0])
     capacity = np.r_[np.full(num_links, 12.5e9) * rng.uniform(0.3, 1.0, num_links), np.inf]
     buffer = np.r_[capacity[:-1] * 6e-6, np.inf]
     kmin, kmax = np.r_[0.2 * buffer[:-1], 1e30], np.r_[0.8 * buffer[:-1], 2e30]

@@ -12,7 +12,8 @@ One step:
    between Kmin and Kmax on the queue plus the packets waiting, one draw per hop) and the
    share of its bytes trimmed;
 2. rate r = min(W / RTT, NIC) with RTT = base RTT + the slots' mean queueing delay, the NIC
-   shared by its GPU's flows in proportion (its per-packet round robin), never more than R;
+   shared by its GPU's flows as its per-packet round robin shares it (`nic_round_robin`: a
+   flow its window stops waits an RTT and then for its turn), never more than R;
    a flow its NIC holds back sends some packets twice where its retransmission timer fires
    before the receiver's batched ACK comes back (`spurious_share`: packets further apart than
    about (rto - RTT) / 3, as in an all-to-all over ~90 peers or more); each slot carries
@@ -82,7 +83,8 @@ NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
 QUICK_ADAPT = True
 PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
 BITMAP_NACK = 4.0      # htsim's bitmap: a NACK's penalty in skipped visits (an ECN echo's: 1)
-NIC_ROUNDS = 4         # water-filling rounds of the NIC's round robin
+NIC_BISECTIONS = 24    # halvings of the NIC's fair level (to 2^-24 of its log range)
+NIC_WINDOW_WAIT = True  # a window-limited flow also waits for its turn at the NIC
 SPURIOUS_TIMEOUTS = True  # a timer that fires before a held-back ACK sends a packet twice
 ACK_RUN_MAX = 8        # the longest run of packets between two ACKs the model follows
 RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
@@ -169,21 +171,40 @@ def packet_wait(arrive, capacity, pkt):
     return PACKET_QUEUEING * pkt / capacity * rho / (2.0 * (1.0 - rho))
 
 
-def nic_round_robin(want, src, nic, num_gpus: int):
-    """float[F] bytes/s each flow gets of its GPU's NIC (`nic` [N]) when it asks for `want`:
-    max-min fair (water-filling, NIC_ROUNDS rounds: exact for up to that many distinct levels
-    of satisfied demand, else within them), what a per-packet round robin gives."""
-    active = (want > 0).astype(jnp.float32)
-    count = jax.ops.segment_sum(active, src, num_segments=num_gpus)
-    level = nic / jnp.maximum(count, 1.0)
-    for _ in range(NIC_ROUNDS):
-        capped = (want > 0) & (want <= level[src])
-        used = jax.ops.segment_sum(jnp.where(capped, want, 0.0), src, num_segments=num_gpus)
-        left = count - jax.ops.segment_sum(capped.astype(jnp.float32), src,
-                                           num_segments=num_gpus)
-        level = jnp.where(left > 0, jnp.maximum(nic - used, 0.0) / jnp.maximum(left, 1.0),
-                          jnp.inf)
-    return jnp.minimum(want, level[src])
+def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
+    """(float[F] bytes/s, bool[F]): what each flow gets of its GPU's NIC (`nic` [N] bytes/s)
+    and whether the round robin, not the window, holds it there.
+
+    uec.cpp's UecNIC serves the sources that may send in a FIFO, a packet each; a source its
+    window stops leaves the FIFO and joins its back when an ACK frees the window. So a turn
+    comes every `cycle` = pkt / level, and a window-limited flow sends its W bytes per RTT
+    plus the wait for its next turn (cycle - pkt / nic: none for a lone flow): its demand
+    W / (rtt + cycle - pkt / nic) falls as the NIC gets busier. The level is where the
+    demands, each capped at the level, fill the NIC (found by bisection, NIC_BISECTIONS
+    halvings of its log between nic / flows and nic); a NIC its flows cannot fill gives
+    every flow W / rtt. With NIC_WINDOW_WAIT off: max-min fair on W / rtt."""
+    active = sending.astype(jnp.float32)
+    count = jnp.maximum(jax.ops.segment_sum(active, src, num_segments=num_gpus), 1.0)
+    own = pkt / nic[src]
+
+    def demand(level):
+        wait = jnp.maximum(pkt / level[src] - own, 0.0) if NIC_WINDOW_WAIT else 0.0
+        return jnp.where(sending, window / (rtt + wait), 0.0)
+
+    def filled(level):
+        got = jnp.minimum(demand(level), level[src])
+        return jax.ops.segment_sum(got, src, num_segments=num_gpus)
+
+    lo, hi = jnp.log(nic / count), jnp.log(nic)
+    for _ in range(NIC_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        over = filled(jnp.exp(mid)) >= nic
+        lo, hi = jnp.where(over, lo, mid), jnp.where(over, mid, hi)
+    top = jnp.minimum(jnp.exp(hi), nic)     # exactly the NIC where one flow has it all
+    level = jnp.where(filled(top) >= nic * (1.0 - 1e-6), top, jnp.inf)
+    want = demand(level)
+    held = sending & (want > level[src])
+    return jnp.where(held, level[src], want), held
 
 
 def _link_signals(queue, capacity, kmin, kmax, passed, wait):
@@ -289,13 +310,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         seen_delay, seen_mark, seen_pass = _path(seen[links])
         delay_f = (s.share * seen_delay).sum(1)
         rtt = base_rtt + delay_f
-        want = jnp.where(sending, s.window / rtt, 0.0)
-        # the NIC: its GPU's flows share it max-min fairly (uec.cpp's UecNIC serves the
-        # sources that may send in a round robin, a packet each)
-        scale = nic_round_robin(want, src, nic, num_gpus) / jnp.maximum(want, TINY)
+        # the NIC's round robin, a packet per turn to each flow its window lets send
+        uncapped, held = nic_round_robin(s.window, rtt, sending, src, nic, p.pkt, num_gpus)
         # never much past what is left: the last step sends what should get through
         through_seen = (s.share * seen_pass).sum(1)
-        uncapped = want * scale
         clean = s.share * seen_pass
         marked_w = clean * seen_mark
         unmarked_w = clean - marked_w
@@ -304,7 +322,6 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # for an ACK at once (uec.cpp, the AR flag), so a window-limited flow or one sending
         # its last bytes is ACKed packet by packet, one held back by its NIC every 16 KiB
         # -- and the share of its packets it sends twice when its timer fires first
-        held = scale < 1.0
         dup = jnp.where(held & SPURIOUS_TIMEOUTS, spurious_share(uncapped, rtt, mark_f, p),
                         0.0)
         rate = jnp.minimum(uncapped, s.remaining / (
