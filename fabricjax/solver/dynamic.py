@@ -18,7 +18,9 @@ One step:
    before the receiver's batched ACK comes back (`spurious_share`: packets further apart than
    about (rto - RTT) / 3, as in an all-to-all over ~90 peers or more); each slot carries
    r s; a hop receives what the hops before it forwarded in the last step (their
-   departures: a queue's output is its capacity, shared by what arrived);
+   departures: a queue's output is its capacity, shared by what arrived), but a link never
+   passes on more than its capacity of what the slots offer it now (the ratio of the last
+   step's departures to arrivals, applied to flows that started since, would);
 3. Q += (A - C) dt clipped to [0, B]: what overflows is trimmed (`pass` < 1), the slot's
    trimmed bytes stay in R and are sent again (over the slots as the shares say). Where
    several flows merge, packets also wait as in an M/D/1 queue at the link's utilisation
@@ -335,10 +337,17 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         dup = jnp.where(per_ack > 1.0, dup, 0.0)
         slot_rate = rate[:, None] * s.share
         # arrivals: hop h gets what the hops before it forwarded in the last step
-        upstream = jnp.cumprod(s.forward[links], axis=-1)
+        # a link passes on what it got times its last step's ratio (above 1 while its queue
+        # drains), but never more than its capacity of what is offered to it now: the ratio
+        # was taken on the last step's arrivals, and those sending change (flows start, end)
+        flat = links.reshape(-1)
+        offered = jax.ops.segment_sum(
+            jnp.broadcast_to(slot_rate[..., None], links.shape).reshape(-1), flat,
+            num_segments=num_links)
+        ceiling = jnp.maximum(capacity / jnp.maximum(offered, TINY), 1.0)
+        upstream = jnp.cumprod(jnp.minimum(s.forward, ceiling)[links], axis=-1)
         reach = jnp.concatenate([jnp.ones_like(upstream[..., :1]), upstream[..., :-1]], -1)
         contrib = (slot_rate[..., None] * reach).reshape(-1)
-        flat = links.reshape(-1)
         arrive = jax.ops.segment_sum(contrib, flat, num_segments=num_links)
         arrive = jnp.where(real, arrive, 0.0)
         # packets meet at random only where several flows merge (1 - the flows' Herfindahl
