@@ -624,8 +624,8 @@ def test_the_model_option_picks_the_level(tmp_path):
 def test_a_link_passes_on_no_more_than_it_got():
     """A queue that drains while the flows through it change (one ends with its bytes still
     queued, another starts, slower): the next link carries what the first passed on, not
-    its last step's ratio of departures to arrivals applied to the new flow (+1.3% without
-    the bound on that ratio)."""
+    its last step's ratio of departures to arrivals applied to the new flow (+1.3% to +1.5%
+    without the bound on that ratio)."""
     pkt, capacity_0 = 4160.0, 12.5e9 / 4
     links = np.array([[[0, 1]], [[0, 1]]], np.int32)         # both flows: link 0, then 1
     capacity = np.array([capacity_0, 40 * capacity_0, np.inf])
