@@ -197,13 +197,15 @@ def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
         got = jnp.minimum(demand(level), level[src])
         return jax.ops.segment_sum(got, src, num_segments=num_gpus)
 
+    def halve(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        over = filled(jnp.exp(mid)) >= nic
+        return jnp.where(over, lo, mid), jnp.where(over, mid, hi)
+
     def bisect(_):
-        lo, hi = jnp.log(nic / count), jnp.log(nic)
-        for _ in range(NIC_BISECTIONS):
-            mid = 0.5 * (lo + hi)
-            over = filled(jnp.exp(mid)) >= nic
-            lo, hi = jnp.where(over, lo, mid), jnp.where(over, mid, hi)
-        return hi
+        bounds = (jnp.log(nic / count), jnp.log(nic))
+        return jax.lax.fori_loop(0, NIC_BISECTIONS, halve, bounds)[1]
 
     # one flow per NIC (a permutation, a ring step) has the whole NIC: nothing to search
     hi = jax.lax.cond(jnp.any(count > 1.0), bisect, lambda _: jnp.log(nic), None)
