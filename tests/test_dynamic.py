@@ -158,18 +158,20 @@ def test_memory_refused_with_advice():
         solve_dynamic_phase("spray", sc, fabric, flows, stream, max_memory=2**20)
 
 
-def test_the_memory_estimate_keeps_the_lags_link_signals():
-    # a finer step keeps more steps of feedback lag on every link: a limit that fits the
-    # coarse step's run refuses the fine one
+def test_the_memory_estimate_keeps_the_lags_link_signals_and_echoes():
+    # a finer step keeps more steps of feedback lag on every link and of ACKs on every flow:
+    # a limit that fits the coarse step's run refuses the fine one
     sc = scenario()
     policy = get_policy("spray")
-    links = 50_000
-    coarse = dynamic_engine.dynamic_memory(64, 8, 4, links, lag=4)
-    fine = dynamic_engine.dynamic_memory(64, 8, 4, links, lag=32)
-    assert fine - coarse == 28 * (links + 1) * dynamic_engine.BYTES_PER_LINK_SIGNAL
-    assert dynamic_engine.check_dynamic_memory(64, 8, 4, coarse, policy, sc, links, 4) == coarse
+    links, flows = 50_000, 64
+    coarse = dynamic_engine.dynamic_memory(flows, 8, 4, links, lag=4, ack_lag=8)
+    fine = dynamic_engine.dynamic_memory(flows, 8, 4, links, lag=32, ack_lag=64)
+    assert fine - coarse == (28 * (links + 1) * dynamic_engine.BYTES_PER_LINK_SIGNAL +
+                             56 * flows * dynamic_engine.BYTES_PER_FLOW_ECHO)
+    assert dynamic_engine.check_dynamic_memory(flows, 8, 4, coarse, policy, sc, links,
+                                               4, 8) == coarse
     with pytest.raises(Exception, match="would fit"):
-        dynamic_engine.check_dynamic_memory(64, 8, 4, coarse, policy, sc, links, 32)
+        dynamic_engine.check_dynamic_memory(flows, 8, 4, coarse, policy, sc, links, 32, 64)
 
 
 # --------------------------------------------------------------------------- slow reference
@@ -325,7 +327,8 @@ def test_the_nics_round_robin_matches_a_packet_by_packet_one(seed):
 
 
 def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
-              buffer, kmin, kmax, multiplexed, p, *, ev_rule, lag, steps, p_seed=11):
+              buffer, kmin, kmax, multiplexed, p, *, ev_rule, lag, ack_lag, steps,
+              p_seed=11):
     """The module's step, flow by flow and hop by hop in float64 numpy loops."""
     num_flows, num_slots, hops = links.shape
     num_links = capacity.size
@@ -357,6 +360,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
             for _ in range(lag + 1)]
     delivered = np.zeros(num_flows)
     trimmed = np.zeros(num_flows)
+    echoes = []                 # per step: (bytes delivered, bytes trimmed) per flow
     duplicated = np.zeros(num_flows)
     link_bytes = np.zeros(num_links)
     finish = np.where(size > 0, np.inf, start)
@@ -470,6 +474,12 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         delivered += gone
         trimmed += lost
         duplicated += twice
+        # the window hears of the bytes delivered and trimmed ack_lag steps ago
+        echoes.append((gone, lost))
+        if step >= ack_lag:
+            gone, lost = echoes[step - ack_lag]
+        else:
+            gone, lost = np.zeros(num_flows), np.zeros(num_flows)
         d_mark = (clean * sm * sd).sum(1) / np.maximum((clean * sm).sum(1), 1e-30)
         d_clean = (clean * (1 - sm) * sd).sum(1) / np.maximum((clean * (1 - sm)).sum(1), 1e-30)
         unm = gone * (1 - mark)
@@ -549,7 +559,7 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
              alpha=4 * 4096 * 0.8 * 0.6 / 7e-6, fi=5 * 4096 * 0.8, eta=0.15 * 4096 * 0.8,
              fi_scale=0.2, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0,
              rto=10.5e-6)   # the NIC-held flow's ACK runs time out now and then
-    steps, lag = 30, 2
+    steps, lag, ack_lag = 30, 2, 3
     params = dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
                                max_steps=np.int32(steps), stride=np.int32(1),
                                seed=np.int32(11))
@@ -559,10 +569,10 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
                                max_window.astype(f32), capacity.astype(f32),
                                buffer.astype(f32), kmin.astype(f32), kmax.astype(f32),
                                multiplexed.astype(f32), *flow_link_pairs(links, num_links),
-                               params, ev_rule=ev_rule, lag=lag)
+                               params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
     delivered, trimmed, duplicated, link_bytes, finish = reference(
         links, share, live, size, start, src, nic, base, max_window, capacity, buffer, kmin,
-        kmax, multiplexed, p, ev_rule=ev_rule, lag=lag, steps=steps)
+        kmax, multiplexed, p, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag, steps=steps)
     assert trimmed.sum() > 0                       # the case trims, so the path is exercised
     assert duplicated.sum() > 0                    # and a timer fires before an ACK
     np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
@@ -646,8 +656,44 @@ def test_a_link_passes_on_no_more_than_it_got():
             np.array([0.0, second_start], f32), src, nic.astype(f32), 2, base.astype(f32),
             (1e3 * base * nic[0]).astype(f32), capacity.astype(f32), buffer.astype(f32),
             kmin.astype(f32), kmax.astype(f32), np.array([1.0, 1.0, 0.0], f32),
-            *flow_link_pairs(links, 2), params, ev_rule="fixed", lag=2)
+            *flow_link_pairs(links, 2), params, ev_rule="fixed", lag=2, ack_lag=4)
         assert int(out.status) == 0
         first, second = np.asarray(out.link_bytes, np.float64)
         assert first == pytest.approx(size.sum(), rel=1e-4)
         assert 0.99 * first <= second <= first * (1 + 1e-4)
+
+
+def test_the_window_hears_of_a_trim_a_round_trip_late():
+    """A flow at four times its bottleneck's rate overflows the queue at once. Its NACKs
+    come home `ack_lag` steps after the trims, and until then it keeps sending at its full
+    window: over the first round trips, the later they come, the more is trimmed (9.1
+    packets against 7.6 with no delay); and every byte still arrives once."""
+    pkt, capacity_0 = 4160.0, 12.5e9 / 4
+    links = np.array([[[0]]], np.int32)
+    capacity = np.array([capacity_0, np.inf])
+    buffer = np.array([8 * pkt, np.inf])
+    kmin, kmax = np.r_[0.2 * buffer[:1], 1e30], np.r_[0.8 * buffer[:1], 2e30]
+    size = np.array([400 * pkt])
+    base = np.full(1, 5e-6)
+    nic = np.array([4 * capacity_0])
+    p = dict(dt=0.5e-6, pkt=pkt, mtu=pkt, target=4e-6, network_rtt=5e-6, alpha=1e9, fi=1e4,
+             eta=600.0, fi_scale=0.1, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0, rto=1e-3)
+    f32 = np.float32
+
+    def run(ack_lag, steps):
+        params = dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
+                                   max_steps=np.int32(steps), stride=np.int32(100),
+                                   seed=np.int32(1))
+        return dyn.simulate_dynamic(
+            links, np.ones((1, 1), f32), np.ones((1, 1), bool), size.astype(f32),
+            np.zeros(1, f32), np.zeros(1, np.int32), nic.astype(f32), 1, base.astype(f32),
+            (1.5 * base * nic).astype(f32), capacity.astype(f32), buffer.astype(f32),
+            kmin.astype(f32), kmax.astype(f32), np.array([1.0, 0.0], f32),
+            *flow_link_pairs(links, 1), params, ev_rule="fixed", lag=5, ack_lag=ack_lag)
+
+    early = {ack_lag: float(run(ack_lag, 40).trimmed[0]) for ack_lag in (0, 10)}
+    assert early[0] > 0
+    assert early[10] > 1.1 * early[0]
+    whole = run(10, 20_000)
+    assert int(whole.status) == 0
+    assert float(whole.delivered[0]) == pytest.approx(size[0], rel=1e-5)

@@ -5,7 +5,8 @@ workload stream) and the same slots (`engine.phase.initial_slots`, through the s
 solves the static phase first (its P100, its completion, which bounds the horizon, and the
 split a non-adaptive policy keeps), decides every shape and setting on the host (dt: an eighth
 of the base RTT, finer where a flow is short, `step_share`; the buffers and ECN thresholds
-from the BDP as htsim derives them, the step bound), checks the memory estimate
+from the BDP as htsim derives them, the steps the links' signals and the ACKs take to reach
+the sender, the step bound), checks the memory estimate
 (`dynamic_memory`, refused with advice past the limit) and runs one jitted
 `solver.dynamic.simulate_dynamic`. It returns a `DynamicOutcome` of numpy arrays: per-flow
 FCTs as the static level counts them (at the sender, the last ACK back), the phase's
@@ -53,6 +54,8 @@ DT_RTT = 1 / 8          # a step is this share of the network's base RTT ...
 FLOW_STEPS = 32         # ... halved until the shortest flow's life spans this many steps ...
 DT_RTT_MIN = 1 / 64     # ... down to this share
 LAG_RTT = 0.5           # the sender sees the links' state this many base RTTs late
+ACK_LAG_RTT = 1.0       # and a byte's ACK or NACK a round trip after it crossed its path (a
+                        # byte crosses it within its step in the fluid)
 HORIZON_STATIC = 12.0   # the step bound: this many static completions ...
 HORIZON_RTTS = 200.0    # ... plus this many base RTTs
 RTO_MIN_S = 15e-6       # htsim's retransmission timeout: 15 us plus six full buffers' drain
@@ -65,6 +68,7 @@ BYTES_PER_SLOT = 48     # per (flow, slot): shares, rates, signals
 COMPILED_BYTES = 200 * 2**20
 BYTES_PER_LINK_SIGNAL = 24  # per link and step of feedback lag: 3 float32 signals, twice (the
                             # loop's carry in and out)
+BYTES_PER_FLOW_ECHO = 16    # per flow and step of ACK lag: bytes delivered and trimmed, twice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,22 +121,25 @@ def retransmission_timeout_s(queue_bytes: float, port_bytes_s: float) -> float:
 
 
 def dynamic_memory(num_flows: int, slots: int, hops: int, num_links: int = 0,
-                   lag: int = 0) -> int:
+                   lag: int = 0, ack_lag: int = 0) -> int:
     """Estimated peak device bytes of one dynamic run (`lag`: steps of feedback delay, whose
-    link signals the loop keeps)."""
+    link signals the loop keeps; `ack_lag`: steps of ACK delay, whose per-flow echoes it
+    keeps)."""
     return (num_flows * slots * (hops * BYTES_PER_ENTRY + BYTES_PER_SLOT) +
+            num_flows * (ack_lag + 1) * BYTES_PER_FLOW_ECHO +
             (lag + 1) * (num_links + 1) * BYTES_PER_LINK_SIGNAL + COMPILED_BYTES)
 
 
 def check_dynamic_memory(num_flows: int, slots: int, hops: int, limit: int | None,
                          policy: Policy, scenario: Scenario, num_links: int = 0,
-                         lag: int = 0) -> int:
+                         lag: int = 0, ack_lag: int = 0) -> int:
     """The estimate, or a ScenarioError naming what would fit when it exceeds `limit`."""
-    need = dynamic_memory(num_flows, slots, hops, num_links, lag)
+    need = dynamic_memory(num_flows, slots, hops, num_links, lag, ack_lag)
     if limit is None or need <= limit:
         return need
     field = policy.path_field(scenario)
-    fixed = dynamic_memory(0, 0, 0, num_links, lag)
+    # what does not scale with the slots: the links' signals and the flows' echoes
+    fixed = dynamic_memory(num_flows, 0, 0, num_links, lag, ack_lag)
     fit = max((limit - fixed) // max(num_flows * (hops * BYTES_PER_ENTRY +
                                                   BYTES_PER_SLOT), 1), 0)
     advice = (f"{field[0]}.{field[1]} <= {fit}" if field is not None and fit >= 1
@@ -153,7 +160,7 @@ def flow_link_pairs(links: np.ndarray, num_links: int) -> tuple[np.ndarray, np.n
             (unique % (num_links + 1)).astype(np.int32))
 
 
-_run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "ev_rule", "lag"))
+_run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "ev_rule", "lag", "ack_lag"))
 
 
 def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
@@ -219,9 +226,10 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     life = np.where(sending_flow, size / np.maximum(fair, 1e-30), np.inf)
     step = step_share(float(life.min(initial=np.inf)), network_rtt)
     lag = max(int(round(LAG_RTT / step)), 0)
+    ack_lag = max(int(round(ACK_LAG_RTT / step)), 0)
     check_dynamic_memory(num_flows, num_slots, hops,
                          available_memory() if max_memory is None else max_memory,
-                         policy, scenario, num_links, lag)
+                         policy, scenario, num_links, lag, ack_lag)
     src = flows.src
     start = relative_starts(flows)          # the device sees no absolute clock
     fabric_gbps = np.asarray(fabric.capacity, np.float64)
@@ -283,7 +291,8 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
                         for name, v in zip(DynamicParams._fields, params)))))
     ev_rule = MRC_EV_RULE if recycle else "fixed"
-    out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:], ev_rule=ev_rule, lag=lag))
+    out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:], ev_rule=ev_rule, lag=lag,
+                              ack_lag=ack_lag))
     finish = np.asarray(out.finish, np.float64)
     delivered = np.asarray(out.delivered, np.float64)
     trimmed = np.asarray(out.trimmed, np.float64)

@@ -32,11 +32,15 @@ One step:
    fraction where it does, plus the queueing delay of the slowest slot it uses (its last
    packets are on every slot) as the queues stood when its last byte joined them (between
    the queue at the step's start and at its end, at that fraction);
-5. the window follows NSCC (below), and the policy picks the EVs of the next packets
-   (`ev_rule`, moving the shares toward that mix within an RTT or one pass of the walk over
-   the live EVs, whichever is longer: an EV is re-weighted only when the walk comes back to
-   it, from the signals the sender sees): `fixed` (spraying's EV cycle; ECMP, whose QPs the
-   host runs as flows of their own) keeps its shares, trimmed bytes resent over all of them;
+5. the window follows NSCC (below) on the ACKs and NACKs that come back in the step: those
+   of the bytes delivered and trimmed `ack_lag` steps before (a round trip: here a byte
+   crosses its path within the step it is sent), so a burst that overflows a queue is cut
+   only once its NACKs are home, as in packets; and the policy picks the EVs of the next
+   packets (`ev_rule`, moving the shares toward that mix within an RTT or one pass of the
+   walk over the live EVs, whichever is longer: an EV is re-weighted only when the walk
+   comes back to it, from the signals the sender sees): `fixed` (spraying's EV cycle; ECMP,
+   whose QPs the host runs as flows of their own) keeps its shares, trimmed bytes resent
+   over all of them;
    `bitmap`, htsim's bitmap walk (uec_mp.cpp, UecMpBitmap): the walk skips an EV once per
    ECN echo and BITMAP_NACK times per NACK, so an EV with mark probability m and trim share
    t gets 1 / (1 + m + 4 t) of its visits; `reps`, htsim's REPS (UecMpReps,
@@ -153,6 +157,8 @@ class _State(NamedTuple):
     achieved: jax.Array
     qa_clock: jax.Array
     qa_trigger: jax.Array
+    echoes: jax.Array       # [ack_lag + 1, 2, F] bytes delivered, trimmed; newest at
+                            # `step % (ack_lag + 1)`
     share: jax.Array
     queue: jax.Array
     forward: jax.Array
@@ -269,7 +275,7 @@ def spurious_share(rate, rtt, mark, p):
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
                      max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
                      params: DynamicParams, *,
-                     ev_rule: str, lag: int) -> Dynamic:
+                     ev_rule: str, lag: int, ack_lag: int) -> Dynamic:
     """Run the phase until every flow is done or `params.max_steps` (see the module).
 
     links int32[F, K, H] (sentinel L); share float32[F, K] initial split (0 on dead slots);
@@ -280,8 +286,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     float32[L+1] 1 where packets of independent senders meet (0 on the NICs' own links, paced
     by the NIC, and the sentinel); pair int32[F, K, H] the (flow, link) pair of every entry
     and pair_link int32[P] its link (the host's np.unique). ev_rule ("fixed", "bitmap",
-    "reps"), lag
-    (steps of feedback delay): static."""
+    "reps"), lag (steps the links' signals take to reach the sender), ack_lag (steps from a
+    byte's delivery or trim to its ACK or NACK at the sender): static."""
     num_flows, num_slots, hops = links.shape
     num_links = capacity.shape[0]
     num_pairs = pair_link.shape[0]
@@ -300,7 +306,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         avg_delay=jnp.zeros(num_flows), fi_count=jnp.zeros(num_flows),
         since_dec=jnp.full(num_flows, jnp.inf), marks=jnp.zeros(num_flows),
         achieved=jnp.zeros(num_flows), qa_clock=base_rtt + p.target,
-        qa_trigger=jnp.zeros(num_flows, bool), share=share,
+        qa_trigger=jnp.zeros(num_flows, bool),
+        echoes=jnp.zeros((ack_lag + 1, 2, num_flows)), share=share,
         queue=jnp.zeros(num_links), forward=jnp.ones(num_links),
         history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
         finish=jnp.where(size > 0, jnp.inf, start), delivered=jnp.zeros(num_flows),
@@ -397,8 +404,11 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         joined = path_ends[..., 0] + frac[:, None] * path_ends[..., 1]
         now_delay = jnp.max(jnp.where(s.share > 0, joined, 0.0), axis=1)
         finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
-        # ---- NSCC on what came back this step
-        acked = gone
+        # ---- NSCC on what came back this step: the ACKs and NACKs of the bytes delivered and
+        # trimmed `ack_lag` steps ago (a byte crosses its path within its step here, so its
+        # echo is a round trip behind; the window must not react to trims it cannot know of)
+        echoes = s.echoes.at[s.step % (ack_lag + 1)].set(jnp.stack([gone, lost_bytes]))
+        acked, nacked = echoes[(s.step + 1) % (ack_lag + 1)]
         # the delay samples of the marked and of the unmarked ACKs (per slot, not the mean:
         # an EV on a slow path cuts the window when its marked ACK comes back late)
         delay_marked = (marked_w * seen_delay).sum(1) / jnp.maximum(marked_w.sum(1), TINY)
@@ -409,7 +419,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         weight = 1.0 - (1.0 - p.delay_alpha) ** acks
         sample_clean = jnp.where(delay_clean > p.target, 0.25 * base_rtt, delay_clean)
         sample = mark_f * delay_marked + (1.0 - mark_f) * sample_clean
-        nacks = lost_bytes / p.pkt
+        nacks = nacked / p.pkt
         nack_weight = 1.0 - (1.0 - p.delay_alpha) ** nacks
         avg = s.avg_delay + weight * (sample - s.avg_delay)
         avg = avg + nack_weight * (p.network_rtt - avg)
@@ -436,10 +446,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         marks = jnp.where(cut, 0.0, marks)
         since_dec = jnp.where(cut, 0.0, since_dec)
         # a timeout takes its packet off the window (`mark_packet_for_retransmission`)
-        window = window - NACK_DECREASE * lost_bytes - dup_bytes
+        window = window - NACK_DECREASE * nacked - dup_bytes
         # quick adapt: every base RTT + target, on a trim or a delay past 4 targets
         achieved = s.achieved + acked
-        trigger = s.qa_trigger | (lost_bytes > 0) | (delay_f > 4.0 * p.target)
+        trigger = s.qa_trigger | (nacked > 0) | (delay_f > 4.0 * p.target)
         due = now >= s.qa_clock
         adapt = QUICK_ADAPT & due & trigger & (achieved < max_window / 8.0)
         window = jnp.where(adapt, jnp.maximum(achieved, p.mtu), window)
@@ -484,7 +494,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             step=s.step + 1, remaining=remaining, window=window, avg_delay=avg,
             fi_count=fi_count,
             since_dec=since_dec, marks=marks, achieved=achieved, qa_clock=qa_clock,
-            qa_trigger=trigger, share=share, queue=queue, forward=forward, history=history,
+            qa_trigger=trigger, echoes=echoes, share=share, queue=queue, forward=forward,
+            history=history,
             finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
             duplicated=s.duplicated + dup_bytes, link_bytes=link_bytes,
             max_fill=jnp.maximum(s.max_fill, fill),
