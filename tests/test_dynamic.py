@@ -340,7 +340,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
     since = np.full(num_flows, np.inf)
     marks = np.zeros(num_flows)
     ach = np.zeros(num_flows)
-    qa_clock = base_rtt + p["target"]
+    qa_clock = np.full(num_flows, np.inf)     # started by the flow's first ACK or NACK
     trig = np.zeros(num_flows, bool)
     s = share.astype(float).copy()
     Q = np.zeros(num_links)
@@ -509,11 +509,12 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         Wn = Wn - dyn.NACK_DECREASE * lost - twice
         ach = ach + gone
         trig = trig | (lost > 0) | (delay > 4 * p["target"])
-        due = now >= qa_clock
-        adapt = dyn.QUICK_ADAPT & due & trig & (ach < max_window / 8)
+        first = ~np.isfinite(qa_clock) & ((gone > 0) | (lost > 0))
+        due = (now >= qa_clock) | first
+        adapt = dyn.QUICK_ADAPT & due & ~first & trig & (ach < max_window / 8)
         Wn = np.where(adapt, np.maximum(ach, p["mtu"]), Wn)
         ach = np.where(due, 0, ach)
-        trig = np.where(due, False, trig)
+        trig = np.where(adapt, False, trig)          # armed until it fires
         qa_clock = np.where(due, now + base_rtt + p["target"], qa_clock)
         W = np.where(sending, np.clip(Wn, p["mtu"], max_window), W)
         n_live = np.maximum(live.sum(1, keepdims=True), 1)
