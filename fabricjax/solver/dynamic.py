@@ -63,8 +63,9 @@ samples above target count as a quarter base RTT (a packet that fills the window
 backlog asks for an ACK at once, the AR flag of `UecSrc::sendNewPacket`, so a window-limited
 flow and a flow's last bytes are ACKed packet by packet; a flow held back by its NIC every
 `ack_packets` packets, 16 KiB, `UecSink::shouldSack`); a NACK (trim) removes its bytes from W and
-arms quick adapt (W = bytes ACKed in the last base RTT + target, when below maxwnd / 8, at the
-end of that interval; the intervals start at the flow's first ACK or NACK);
+arms quick adapt until it fires (W = bytes ACKed in the last base RTT + target, when below
+maxwnd / 8, at the end of that interval, armed or with a delay past 4 targets then; the
+intervals start at the flow's first ACK or NACK);
 W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top. The
 delays compared with the target are those of the marked and of the unmarked ACKs apart
 (share-weighted over the slots), as each ACK carries its own path's delay.
@@ -449,16 +450,17 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # a timeout takes its packet off the window (`mark_packet_for_retransmission`)
         window = window - NACK_DECREASE * nacked - dup_bytes
         # quick adapt: every base RTT + target from the flow's first ACK or NACK (which
-        # starts the clock and is not counted), once a trim or a delay past 4 targets armed
-        # it; it stays armed until it fires (uec.cpp clears `_trigger_qa` only then)
+        # starts the clock and is not counted), where a trim armed it (it stays armed until
+        # it fires: uec.cpp clears `_trigger_qa` only then) or the delay is past 4 targets
         achieved = s.achieved + acked
-        trigger = s.qa_trigger | (nacked > 0) | (delay_f > 4.0 * p.target)
+        armed = s.qa_trigger | (nacked > 0)
         first = ~jnp.isfinite(s.qa_clock) & ((acked > 0.0) | (nacked > 0.0))
         due = (now >= s.qa_clock) | first
-        adapt = QUICK_ADAPT & due & ~first & trigger & (achieved < max_window / 8.0)
+        adapt = (QUICK_ADAPT & due & ~first & (armed | (delay_f > 4.0 * p.target)) &
+                 (achieved < max_window / 8.0))
         window = jnp.where(adapt, jnp.maximum(achieved, p.mtu), window)
         achieved = jnp.where(due, 0.0, achieved)
-        trigger = trigger & ~adapt
+        trigger = armed & ~adapt
         qa_clock = jnp.where(due, now + base_rtt + p.target, s.qa_clock)
         window = jnp.where(sending, jnp.clip(window, p.mtu, max_window), s.window)
         # ---- the policy at ACK time: the EV mix the sender draws from, reached within an RTT
