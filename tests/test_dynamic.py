@@ -633,6 +633,14 @@ def test_the_model_option_picks_the_level(tmp_path):
                                static["results"][0]["fct_max_s"], rtol=0.1)
 
 
+def one_path_params(pkt, steps):
+    """The settings of the small hand-built cases below: 0.5 us steps, a 5 us RTT."""
+    p = dict(dt=0.5e-6, pkt=pkt, mtu=pkt, target=4e-6, network_rtt=5e-6, alpha=1e9, fi=1e4,
+             eta=600.0, fi_scale=0.1, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0, rto=1e-3)
+    return dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
+                             max_steps=np.int32(steps), stride=np.int32(100), seed=np.int32(1))
+
+
 def test_a_link_passes_on_no_more_than_it_got():
     """A queue that drains while the flows through it change (one ends with its bytes still
     queued, another starts, slower): the next link carries what the first passed on, not
@@ -646,11 +654,7 @@ def test_a_link_passes_on_no_more_than_it_got():
     size = np.array([80 * pkt, 40 * pkt])
     src, nic = np.array([0, 1], np.int32), np.array([4 * capacity_0, 0.2 * capacity_0])
     base = np.full(2, 5e-6)
-    p = dict(dt=0.5e-6, pkt=pkt, mtu=pkt, target=4e-6, network_rtt=5e-6, alpha=1e9, fi=1e4,
-             eta=600.0, fi_scale=0.1, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0, rto=1e-3)
-    params = dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
-                               max_steps=np.int32(20_000), stride=np.int32(100),
-                               seed=np.int32(1))
+    params = one_path_params(pkt, 20_000)
     f32 = np.float32
     for second_start in (20e-6, 40e-6, 60e-6, 80e-6):       # while link 0 still drains
         out = dyn.simulate_dynamic(
@@ -679,20 +683,16 @@ def test_the_window_hears_of_a_trim_a_round_trip_late():
     size = np.array([400 * pkt])
     base = np.full(1, 5e-6)
     nic = np.array([4 * capacity_0])
-    p = dict(dt=0.5e-6, pkt=pkt, mtu=pkt, target=4e-6, network_rtt=5e-6, alpha=1e9, fi=1e4,
-             eta=600.0, fi_scale=0.1, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0, rto=1e-3)
     f32 = np.float32
 
     def run(ack_lag, steps):
-        params = dyn.DynamicParams(**{k: np.float32(v) for k, v in p.items()},
-                                   max_steps=np.int32(steps), stride=np.int32(100),
-                                   seed=np.int32(1))
         return dyn.simulate_dynamic(
             links, np.ones((1, 1), f32), np.ones((1, 1), bool), size.astype(f32),
             np.zeros(1, f32), np.zeros(1, np.int32), nic.astype(f32), 1, base.astype(f32),
             (1.5 * base * nic).astype(f32), capacity.astype(f32), buffer.astype(f32),
             kmin.astype(f32), kmax.astype(f32), np.array([1.0, 0.0], f32),
-            *flow_link_pairs(links, 1), params, ev_rule="fixed", lag=5, ack_lag=ack_lag)
+            *flow_link_pairs(links, 1), one_path_params(pkt, steps), ev_rule="fixed", lag=5,
+            ack_lag=ack_lag)
 
     early = {ack_lag: float(run(ack_lag, 40).trimmed[0]) for ack_lag in (0, 10)}
     assert early[0] > 0
