@@ -27,6 +27,8 @@ from fabricjax.fabric.clos import build_fabric
 from fabricjax.scenario import parse_scenario
 from fabricjax.workload.build import build_workload
 
+from conftest import COMPILE_FLAGS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -111,7 +113,7 @@ print(json.dumps({"devices": len(compute_devices()), "records": report.failures.
 
 
 def _run_sharded(devices: int, policies: str) -> dict:
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    env = dict(os.environ, XLA_FLAGS=f"{COMPILE_FLAGS} --xla_force_host_platform_device_count={devices}",
                JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", SHARD_SCRIPT, policies], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
@@ -181,7 +183,7 @@ def test_distributed_run_over_two_processes_matches_one(tmp_path):
     results and failure records equal a single process's, byte for byte."""
     (tmp_path / "d.yaml").write_text(DIST_SCENARIO)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = COMPILE_FLAGS      # no device count of the parent's
     single = subprocess.run([sys.executable, "-m", "fabricjax_cli.main", "analyze", "d.yaml", "-q",
                              "--json", "one.json"], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=600)
@@ -228,7 +230,7 @@ def _rows_without_times(path: Path) -> list:
 def _sweep_two_ways(tmp_path: Path) -> tuple[list, dict]:
     (tmp_path / "d.yaml").write_text(DIST_SCENARIO)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = COMPILE_FLAGS      # no device count of the parent's
     args = ["sweep", "d.yaml", "-q", "--set", "seed=1,2,3,4,5", "-p", "spray"]
     single = subprocess.run([sys.executable, "-m", "cli.main", *args, "--csv", "one.csv",
                              "--json", "one.json"], cwd=tmp_path, env=env, capture_output=True,
