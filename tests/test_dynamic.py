@@ -366,6 +366,9 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
     finish = np.where(size > 0, np.inf, start)
     dt = p["dt"]
     key = jax.random.key(p_seed)
+    tail_key = jax.random.fold_in(key, dyn.TAIL_STREAM)
+    tail_trims = 0.0
+    owed = np.zeros(num_flows)
     for step in range(steps):
         now = step * dt
         seen = hist[(step + 1) % (lag + 1)]
@@ -408,7 +411,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         mark = (clean * sm).sum(1) / np.maximum(clean.sum(1), 1e-30)
         dup = np.array([spurious_reference(unc[f], rtt[f], mark[f], p) if nic_bound[f] else 0.0
                         for f in range(num_flows)])
-        rate = np.minimum(unc, R / (dt * np.maximum(thr, dyn.MIN_THROUGH) * (1 - dup)))
+        rate = np.minimum(unc, (R + owed) / (dt * np.maximum(thr, dyn.MIN_THROUGH) * (1 - dup)))
         per_ack = np.where(nic_bound & (rate >= unc), p["ack_packets"], 1.0)
         dup = np.where(per_ack > 1, dup, 0.0)
         # a link passes on its last step's ratio, at most its capacity of what it is offered
@@ -421,6 +424,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         A = np.zeros(num_links)
         per_flow = np.zeros((num_flows, num_links))
         P2 = np.zeros(num_links)
+        bursts = np.zeros(num_links)        # the arrivals of flows their NICs do not hold
         for f in range(num_flows):
             for k in range(num_slots):
                 reach = 1.0
@@ -429,6 +433,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                     A[links[f, k, h]] += c
                     per_flow[f, links[f, k, h]] += c
                     P2[links[f, k, h]] += c * c
+                    bursts[links[f, k, h]] += 0.0 if nic_bound[f] else c
                     reach *= min(fwd[links[f, k, h]], ceiling[links[f, k, h]])
         S2 = (per_flow ** 2).sum(0)
         A[~real] = 0
@@ -446,13 +451,36 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         md1 = dyn.PACKET_QUEUEING * p["pkt"] / capacity * rho / (2 * (1 - rho))
         wait = np.where(real & (Qn <= 0), merging * np.minimum(md1, others * p["pkt"] / capacity),
                         0.0)
+        # the packet queue's tail: where more flows merge than the buffer holds packets, with
+        # the windows' bursts as the arrivals' variability
+        tail = np.zeros(num_links)
+        for l in range(num_links):
+            c2 = merging[l] * bursts[l] / max(A[l], 1e-30)
+            if (dyn.PACKET_TRIMS and real[l] and Qn[l] <= 0 and c2 > 0 and A[l] > 0
+                    and (A2[l] / max(S2[l], 1e-30) - 1) * p["pkt"] > buffer[l]):
+                tail[l] = rho[l] * math.exp(-2 * (1 - rho[l]) * buffer[l] /
+                                            (rho[l] * c2 * p["pkt"]))
         ok = np.zeros(num_flows)
         lost = np.zeros(num_flows)
+        expect = np.zeros(num_flows)
         for f in range(num_flows):
             for k in range(num_slots):
                 th = np.prod([passed[links[f, k, h]] for h in range(hops)])
                 ok[f] += rate[f] * s[f, k] * dt * th
                 lost[f] += rate[f] * s[f, k] * dt * (1 - th)
+                hit_k = 1 - np.prod([1 - tail[links[f, k, h]] for h in range(hops)])
+                expect[f] += rate[f] * s[f, k] * dt * th * hit_k / p["pkt"]
+        # a whole NACK at a time: x / (1 - exp(-x)) packets with probability 1 - exp(-x),
+        # taken from this step's bytes and, past them, from the next steps'
+        draw = np.asarray(jax.random.uniform(jax.random.fold_in(tail_key, step), (num_flows,)))
+        some = -np.expm1(-expect)
+        event = np.where(draw < some, p["pkt"] * expect / np.maximum(some, 1e-30), 0.0)
+        tail_trims += event.sum()
+        owed = owed + event
+        taken = np.minimum(owed, ok)
+        owed = owed - taken
+        ok = ok - taken
+        lost = lost + event
         twice = ok * dup
         ok = ok - twice
         done = sending & (ok >= R - dyn.LAST_BYTE)
@@ -532,8 +560,8 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
             s = s + np.where(sending, np.minimum(dt / np.maximum(rtt, walk), 1), 0)[:, None] * (
                 aim - s)
         Q = Qn
-        hist[step % (lag + 1)] = signals(Q, passed, wait)
-    return delivered, trimmed, duplicated, link_bytes[:-1], finish
+        hist[step % (lag + 1)] = signals(Q, passed * (1 - tail), wait)
+    return delivered, trimmed, duplicated, link_bytes[:-1], finish, tail_trims
 
 
 @pytest.mark.parametrize("ev_rule,pkt", [("fixed", 4160.0), ("reps", 4160.0),
@@ -572,7 +600,7 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
                                buffer.astype(f32), kmin.astype(f32), kmax.astype(f32),
                                multiplexed.astype(f32), *flow_link_pairs(links, num_links),
                                params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
-    delivered, trimmed, duplicated, link_bytes, finish = reference(
+    delivered, trimmed, duplicated, link_bytes, finish, tail_trims = reference(
         links, share, live, size, start, src, nic, base, max_window, capacity, buffer, kmin,
         kmax, multiplexed, p, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag, steps=steps)
     assert trimmed.sum() > 0                       # the case trims, so the path is exercised
@@ -583,6 +611,79 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
     np.testing.assert_allclose(np.asarray(out.link_bytes), link_bytes, rtol=2e-3, atol=64)
     assert np.isfinite(finish).any()               # a flow finishes within the steps
     np.testing.assert_allclose(np.asarray(out.finish), finish, rtol=2e-3)
+
+
+def tail_case(num_flows, load, buffer_packets, held=False):
+    """`num_flows` flows of 60 packets over one shared link (then a link of their own),
+    together at `load` of its capacity, so its fluid queue stays empty: window-limited (their
+    windows' bursts make the packet queue's tail), or `held` at that rate by their NICs."""
+    pkt, cap = 4160.0, 12.5e9
+    links = np.stack([np.zeros(num_flows), 1 + np.arange(num_flows)], 1)
+    links = links.astype(np.int32)[:, None, :]                          # [F, 1 slot, 2 hops]
+    capacity = np.r_[cap, np.full(num_flows, cap), np.inf]
+    buffer = np.r_[np.full(num_flows + 1, buffer_packets * pkt), np.inf]
+    kmin, kmax = 0.2 * buffer, 0.8 * buffer
+    kmin[-1], kmax[-1] = 1e30, 2e30
+    multiplexed = np.r_[np.ones(num_flows + 1), 0.0]
+    rate = load * cap / num_flows
+    nic = np.full(num_flows, rate if held else cap)
+    return dict(links=links, share=np.ones((num_flows, 1)), live=np.ones((num_flows, 1), bool),
+                size=np.full(num_flows, 60 * pkt), start=np.zeros(num_flows),
+                src=np.arange(num_flows, dtype=np.int32), nic=nic,
+                base_rtt=np.full(num_flows, 5e-6),
+                max_window=np.full(num_flows, (1.5 if held else 1.0) * 5e-6 * rate),
+                capacity=capacity, buffer=buffer, kmin=kmin, kmax=kmax,
+                multiplexed=multiplexed)
+
+
+def run_case(case, params, *, ev_rule="fixed", lag=2, ack_lag=3):
+    f32 = np.float32
+    c = {k: (v.astype(f32) if v.dtype == np.float64 else v) for k, v in case.items()}
+    return dyn.simulate_dynamic(
+        c["links"], c["share"], c["live"], c["size"], c["start"], c["src"], c["nic"],
+        c["src"].size, c["base_rtt"], c["max_window"], c["capacity"], c["buffer"], c["kmin"],
+        c["kmax"], c["multiplexed"], *flow_link_pairs(c["links"], c["capacity"].size - 1),
+        params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
+
+
+def test_the_packet_tail_matches_the_numpy_reference():
+    """Twelve flows at 90% of a link whose buffer holds 8 packets: the fluid queue is empty
+    but the packets' queue overflows now and then, and a flow loses whole packets to it,
+    more than it sends in a step (it owes the rest to the next steps)."""
+    case = tail_case(12, 0.9, 8)
+    steps = 200
+    params = one_path_params(4160.0, steps)
+    out = run_case(case, params)
+    p = {k: float(v) for k, v in params._asdict().items()
+         if k not in ("max_steps", "stride", "seed")}
+    delivered, trimmed, duplicated, link_bytes, finish, tail_trims = reference(
+        **{k: case[k] for k in ("links", "share", "live", "size", "start", "src", "nic")},
+        base_rtt=case["base_rtt"], max_window=case["max_window"], capacity=case["capacity"],
+        buffer=case["buffer"], kmin=case["kmin"], kmax=case["kmax"],
+        multiplexed=case["multiplexed"], p=p, ev_rule="fixed", lag=2, ack_lag=3, steps=steps,
+        p_seed=int(params.seed))
+    assert tail_trims > 4160.0 and tail_trims == pytest.approx(trimmed.sum())
+    np.testing.assert_allclose(np.asarray(out.trimmed), trimmed, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.link_bytes), link_bytes, rtol=2e-3, atol=64)
+
+
+def test_the_packet_tail_needs_more_flows_than_the_buffer_holds_packets():
+    """At the same load, twelve window-limited flows through a buffer of 8 packets lose some
+    to its tail; four do not (four flows queue at most three packets), nor twelve that their
+    NICs pace; every byte arrives once, a trim is at least a whole packet, and the answer is
+    the same for the same seed."""
+    many, few, paced = (run_case(tail_case(n, 0.9, 8, held), one_path_params(4160.0, 20_000))
+                        for n, held in ((12, False), (4, False), (12, True)))
+    assert int(many.status) == int(few.status) == int(paced.status) == 0
+    assert float(np.asarray(few.trimmed).sum()) == 0.0
+    assert float(np.asarray(paced.trimmed).sum()) == 0.0
+    trimmed = np.asarray(many.trimmed, np.float64)
+    assert trimmed.sum() >= 4160.0
+    assert np.all((trimmed == 0) | (trimmed >= 4160.0 * (1 - 1e-6)))
+    np.testing.assert_allclose(np.asarray(many.delivered), 60 * 4160.0, rtol=1e-5)
+    again = run_case(tail_case(12, 0.9, 8), one_path_params(4160.0, 20_000))
+    np.testing.assert_array_equal(np.asarray(again.trimmed), trimmed.astype(np.float32))
 
 
 def test_base_rtt_is_htsims():

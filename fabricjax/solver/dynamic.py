@@ -27,7 +27,16 @@ One step:
    (capped at RHO_MAX), never more than n - 1 packets for n merging paths (n = 1 / the
    paths' Herfindahl index of its arrivals), scaled by 1 - the flows' Herfindahl index (none
    for one flow's packets, nor on a NIC's own port): the queueing a fluid misses around full
-   load, which htsim's sprayed packets meet (bench/fidelity);
+   load, which htsim's sprayed packets meet (bench/fidelity). That queue's tail trims too:
+   where the fluid queue is empty and more flows merge than the buffer B holds packets (n
+   flows queue at most n - 1 packets), a packet finds the buffer full with the diffusion
+   approximation's probability rho exp(-2 (1 - rho) B / (rho c2 pkt)) (`packet_tail`), c2
+   the merging share above times the share of the arrivals sent in windows' bursts (a flow
+   its NIC holds back sends its packets evenly spaced, a turn apart, and adds none); a flow
+   loses whole packets to it, a NACK at a time (in a step with probability 1 - exp(-x) for
+   x packets expected, then x / (1 - exp(-x)) of them, so the mean is x; a flow that sends
+   less than that in the step owes the rest to the steps that follow), drawn from the
+   run's key;
 4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
    fraction where it does, plus the queueing delay of the slowest slot it uses (its last
    packets are on every slot) as the queues stood when its last byte joined them (between
@@ -85,6 +94,7 @@ from fabricjax.core.status import Status
 RECORDS = 256           # time-series points (the host sets the stride)
 FAST_DELAY_S = 1e-6     # htsim's fast increase: delay under 1 us for a whole window
 TINY = 1e-30
+TAIL_STREAM = 1 << 30   # the tail trims' draws: the run's key folded with this, then the step
 MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
 LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
 NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
@@ -95,6 +105,7 @@ NIC_BISECTIONS = 14    # halvings of the NIC's fair level (to 2^-14 of its log r
 NIC_WINDOW_WAIT = True  # a window-limited flow also waits for its turn at the NIC
 SPURIOUS_TIMEOUTS = True  # a timer that fires before a held-back ACK sends a packet twice
 ACK_RUN_MAX = 8        # the longest run of packets between two ACKs the model follows
+PACKET_TRIMS = True    # the packet queue's tail trims (whole packets, at random)
 RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
 
 
@@ -159,6 +170,7 @@ class _State(NamedTuple):
     achieved: jax.Array
     qa_clock: jax.Array
     qa_trigger: jax.Array
+    owed: jax.Array         # bytes of packets the queue tail trimmed, still to be taken
     echoes: jax.Array       # [ack_lag + 1, 2, F] bytes delivered, trimmed; newest at
                             # `step % (ack_lag + 1)`
     share: jax.Array
@@ -179,6 +191,17 @@ def packet_wait(arrive, capacity, pkt):
     (capped at RHO_MAX): the queueing that packets meet even where the fluid queue is empty."""
     rho = jnp.clip(arrive / capacity, 0.0, RHO_MAX)
     return PACKET_QUEUEING * pkt / capacity * rho / (2.0 * (1.0 - rho))
+
+
+def packet_tail(arrive, capacity, buffer, pkt, variability, possible):
+    """float[L+1]: the share of a link's packets that find its buffer full in the packet
+    queue under the fluid one (where `possible`): rho exp(-2 (1 - rho) B / (rho c2 pkt)),
+    the diffusion approximation of a GI/D/1 queue at utilisation rho (capped at RHO_MAX)
+    whose arrivals have squared coefficient of variation c2 = `variability`."""
+    rho = jnp.clip(arrive / capacity, 0.0, RHO_MAX)
+    decay = 2.0 * (1.0 - rho) / jnp.maximum(rho * variability * pkt, TINY)
+    return jnp.where(possible & (variability > 0.0), rho * jnp.exp(-decay * buffer),
+                     0.0) if PACKET_TRIMS else jnp.zeros_like(arrive)
 
 
 def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
@@ -296,6 +319,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     p = params
     dt = p.dt
     key = jax.random.key(p.seed)
+    tail_key = jax.random.fold_in(key, TAIL_STREAM)
     cap_dt = capacity * dt
     live_f = live.astype(jnp.float32)
     n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
@@ -308,7 +332,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         avg_delay=jnp.zeros(num_flows), fi_count=jnp.zeros(num_flows),
         since_dec=jnp.full(num_flows, jnp.inf), marks=jnp.zeros(num_flows),
         achieved=jnp.zeros(num_flows), qa_clock=jnp.full(num_flows, jnp.inf),
-        qa_trigger=jnp.zeros(num_flows, bool),
+        qa_trigger=jnp.zeros(num_flows, bool), owed=jnp.zeros(num_flows),
         echoes=jnp.zeros((ack_lag + 1, 2, num_flows)), share=share,
         queue=jnp.zeros(num_links), forward=jnp.ones(num_links),
         history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
@@ -342,7 +366,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # -- and the share of its packets it sends twice when its timer fires first
         dup = jnp.where(held & SPURIOUS_TIMEOUTS, spurious_share(uncapped, rtt, mark_f, p),
                         0.0)
-        rate = jnp.minimum(uncapped, s.remaining / (
+        rate = jnp.minimum(uncapped, (s.remaining + s.owed) / (
             dt * jnp.maximum(through_seen, MIN_THROUGH) * (1.0 - dup)))
         per_ack = jnp.where(held & (rate >= uncapped), p.ack_packets, 1.0)
         dup = jnp.where(per_ack > 1.0, dup, 0.0)
@@ -380,13 +404,35 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # what a link passes on relative to what it got (above 1 while its queue drains): the
         # next hops' arrivals are the departures, not the offered load
         forward = jnp.where(real & (arrive > 0), departed / jnp.maximum(arrive * dt, TINY), 1.0)
+        # the packet queue's tail (step 3): a packet finds the buffer full where the fluid
+        # queue is empty and more flows merge than the buffer holds packets
+        flows_in = arrive_sq / jnp.maximum(flow_sq, TINY)   # 1 / the flows' Herfindahl index
+        # a flow its NIC holds back sends evenly spaced packets (the round robin's turns): only
+        # the windows' bursts make the packet queue's tail (their share of the arrivals)
+        windowed = jnp.where(held, 0.0, 1.0)[:, None, None]
+        bursts = jax.ops.segment_sum((contrib.reshape(links.shape) * windowed).reshape(-1),
+                                     flat, num_segments=num_links)
+        tail = packet_tail(arrive, capacity, buffer, p.pkt,
+                           merging * bursts / jnp.maximum(arrive, TINY),
+                           real & (queue <= 0.0) & ((flows_in - 1.0) * p.pkt > buffer))
         # this step's bytes: those trimmed anywhere on their slot stay in R
         through = jnp.prod(passed[links], axis=-1)                       # [F, K]
         sent = slot_rate * dt
         arrived = (sent * through).sum(1)
+        # the tail trims whole packets, a NACK at a time: x expected this step, at least one
+        # with a Poisson count's chance 1 - exp(-x), then x / (1 - exp(-x)) (the mean is x);
+        # a flow slower than a packet a step owes the rest of it to the steps that follow
+        expect = (sent * through * (1.0 - jnp.prod(1.0 - tail[links], axis=-1))).sum(1) / p.pkt
+        some = -jnp.expm1(-expect)
+        hit_tail = jax.random.uniform(jax.random.fold_in(tail_key, s.step), (num_flows,)) < some
+        tail_bytes = jnp.where(hit_tail, p.pkt * expect / jnp.maximum(some, TINY), 0.0)
+        owed = s.owed + tail_bytes
+        taken = jnp.minimum(owed, arrived)
+        owed = owed - taken
+        arrived = arrived - taken
         ok_bytes = arrived * (1.0 - dup)          # the duplicates arrive too, for nothing
         dup_bytes = arrived * dup
-        lost_bytes = (sent * (1.0 - through)).sum(1)
+        lost_bytes = (sent * (1.0 - through)).sum(1) + tail_bytes
         # a byte's tolerance: trimmed remainders would otherwise shrink geometrically
         done_now = sending & (ok_bytes >= s.remaining - LAST_BYTE)
         # the share of the step the flow needed at its uncapped rate
@@ -488,7 +534,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             share = s.share + jnp.where(sending, jnp.minimum(dt / jnp.maximum(rtt, walk), 1.0),
                                         0.0)[:, None] * (aim - s.share)
         # ---- records
-        signals = _link_signals(queue, capacity, kmin, kmax, passed, wait)
+        signals = _link_signals(queue, capacity, kmin, kmax, passed * (1.0 - tail), wait)
         history = s.history.at[s.step % (lag + 1)].set(signals)
         fill = jnp.where(real, queue / jnp.where(real, buffer, 1.0), 0.0)
         slot = jnp.minimum(s.step // p.stride, RECORDS - 1)
@@ -500,8 +546,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             step=s.step + 1, remaining=remaining, window=window, avg_delay=avg,
             fi_count=fi_count,
             since_dec=since_dec, marks=marks, achieved=achieved, qa_clock=qa_clock,
-            qa_trigger=trigger, echoes=echoes, share=share, queue=queue, forward=forward,
-            history=history,
+            qa_trigger=trigger, owed=owed, echoes=echoes, share=share, queue=queue,
+            forward=forward, history=history,
             finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
             duplicated=s.duplicated + dup_bytes, link_bytes=link_bytes,
             max_fill=jnp.maximum(s.max_fill, fill),
