@@ -12,8 +12,8 @@ import resource
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The suite's fabrics are small: compiling their programs costs more than running them, so
-# LLVM skips its optimisation passes here (a fresh clone's suite in about two thirds of the
-# time; the programs' arithmetic is the same, only slower code). XLA_FLAGS set outside wins.
+# LLVM skips its optimisation passes here (a fresh clone's suite about a tenth faster; the
+# programs' arithmetic is the same, only the code slower). XLA_FLAGS set outside wins.
 # Subprocesses that set XLA_FLAGS of their own add COMPILE_FLAGS to them.
 COMPILE_FLAGS = "--xla_backend_optimization_level=0"
 os.environ.setdefault("XLA_FLAGS", COMPILE_FLAGS)

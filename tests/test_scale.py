@@ -113,8 +113,8 @@ print(json.dumps({"devices": len(compute_devices()), "records": report.failures.
 
 
 def _run_sharded(devices: int, policies: str) -> dict:
-    env = dict(os.environ, XLA_FLAGS=f"{COMPILE_FLAGS} --xla_force_host_platform_device_count={devices}",
-               JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    flags = f"{COMPILE_FLAGS} --xla_force_host_platform_device_count={devices}"
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", SHARD_SCRIPT, policies], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
