@@ -159,7 +159,7 @@ def _environment(home: Path) -> dict[str, str]:
     env.pop("XDG_CACHE_HOME", None)
     env.pop("FABRICJAX_CACHE_DIR", None)
     # the compiler as a user's run has it (the test suite turns LLVM's optimisations off, and
-    # without fused multiply-adds a tie between two links can fall the other way)
+    # the unoptimised programs' last bits can break a tie between two links the other way)
     env.pop("XLA_FLAGS", None)
     # a private home: the cache line reads ~/.cache/... and the user's cache is never touched
     env.update(HOME=str(home), COLUMNS=WIDTH, PYTHONPATH=str(ROOT) + os.pathsep +
