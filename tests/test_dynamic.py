@@ -613,79 +613,6 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
     np.testing.assert_allclose(np.asarray(out.finish), finish, rtol=2e-3)
 
 
-def tail_case(num_flows, load, buffer_packets, held=False):
-    """`num_flows` flows of 60 packets over one shared link (then a link of their own),
-    together at `load` of its capacity, so its fluid queue stays empty: window-limited (their
-    windows' bursts make the packet queue's tail), or `held` at that rate by their NICs."""
-    pkt, cap = 4160.0, 12.5e9
-    links = np.stack([np.zeros(num_flows), 1 + np.arange(num_flows)], 1)
-    links = links.astype(np.int32)[:, None, :]                          # [F, 1 slot, 2 hops]
-    capacity = np.r_[cap, np.full(num_flows, cap), np.inf]
-    buffer = np.r_[np.full(num_flows + 1, buffer_packets * pkt), np.inf]
-    kmin, kmax = 0.2 * buffer, 0.8 * buffer
-    kmin[-1], kmax[-1] = 1e30, 2e30
-    multiplexed = np.r_[np.ones(num_flows + 1), 0.0]
-    rate = load * cap / num_flows
-    nic = np.full(num_flows, rate if held else cap)
-    return dict(links=links, share=np.ones((num_flows, 1)), live=np.ones((num_flows, 1), bool),
-                size=np.full(num_flows, 60 * pkt), start=np.zeros(num_flows),
-                src=np.arange(num_flows, dtype=np.int32), nic=nic,
-                base_rtt=np.full(num_flows, 5e-6),
-                max_window=np.full(num_flows, (1.5 if held else 1.0) * 5e-6 * rate),
-                capacity=capacity, buffer=buffer, kmin=kmin, kmax=kmax,
-                multiplexed=multiplexed)
-
-
-def run_case(case, params, *, ev_rule="fixed", lag=2, ack_lag=3):
-    f32 = np.float32
-    c = {k: (v.astype(f32) if v.dtype == np.float64 else v) for k, v in case.items()}
-    return dyn.simulate_dynamic(
-        c["links"], c["share"], c["live"], c["size"], c["start"], c["src"], c["nic"],
-        c["src"].size, c["base_rtt"], c["max_window"], c["capacity"], c["buffer"], c["kmin"],
-        c["kmax"], c["multiplexed"], *flow_link_pairs(c["links"], c["capacity"].size - 1),
-        params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
-
-
-def test_the_packet_tail_matches_the_numpy_reference():
-    """Twelve flows at 90% of a link whose buffer holds 8 packets: the fluid queue is empty
-    but the packets' queue overflows now and then, and a flow loses whole packets to it,
-    more than it sends in a step (it owes the rest to the next steps)."""
-    case = tail_case(12, 0.9, 8)
-    steps = 200
-    params = one_path_params(4160.0, steps)
-    out = run_case(case, params)
-    p = {k: float(v) for k, v in params._asdict().items()
-         if k not in ("max_steps", "stride", "seed")}
-    delivered, trimmed, duplicated, link_bytes, finish, tail_trims = reference(
-        **{k: case[k] for k in ("links", "share", "live", "size", "start", "src", "nic")},
-        base_rtt=case["base_rtt"], max_window=case["max_window"], capacity=case["capacity"],
-        buffer=case["buffer"], kmin=case["kmin"], kmax=case["kmax"],
-        multiplexed=case["multiplexed"], p=p, ev_rule="fixed", lag=2, ack_lag=3, steps=steps,
-        p_seed=int(params.seed))
-    assert tail_trims > 4160.0 and tail_trims == pytest.approx(trimmed.sum())
-    np.testing.assert_allclose(np.asarray(out.trimmed), trimmed, rtol=2e-3, atol=64)
-    np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
-    np.testing.assert_allclose(np.asarray(out.link_bytes), link_bytes, rtol=2e-3, atol=64)
-
-
-def test_the_packet_tail_needs_more_flows_than_the_buffer_holds_packets():
-    """At the same load, twelve window-limited flows through a buffer of 8 packets lose some
-    to its tail; four do not (four flows queue at most three packets), nor twelve that their
-    NICs pace; every byte arrives once, a trim is at least a whole packet, and the answer is
-    the same for the same seed."""
-    many, few, paced = (run_case(tail_case(n, 0.9, 8, held), one_path_params(4160.0, 20_000))
-                        for n, held in ((12, False), (4, False), (12, True)))
-    assert int(many.status) == int(few.status) == int(paced.status) == 0
-    assert float(np.asarray(few.trimmed).sum()) == 0.0
-    assert float(np.asarray(paced.trimmed).sum()) == 0.0
-    trimmed = np.asarray(many.trimmed, np.float64)
-    assert trimmed.sum() >= 4160.0
-    assert np.all((trimmed == 0) | (trimmed >= 4160.0 * (1 - 1e-6)))
-    np.testing.assert_allclose(np.asarray(many.delivered), 60 * 4160.0, rtol=1e-5)
-    again = run_case(tail_case(12, 0.9, 8), one_path_params(4160.0, 20_000))
-    np.testing.assert_array_equal(np.asarray(again.trimmed), trimmed.astype(np.float32))
-
-
 def test_base_rtt_is_htsims():
     # htsim's 6-hop fat tree at 100G, 4160-byte packets: 12 us + 6 x 0.338 us, BDP 43 packets
     sc = scenario(transport={"mtu_bytes": 4096, "header_bytes": 64})
@@ -742,31 +669,39 @@ def one_path_params(pkt, steps):
                              max_steps=np.int32(steps), stride=np.int32(100), seed=np.int32(1))
 
 
+def run_case(case, params, *, ev_rule="fixed", lag=2, ack_lag=3):
+    """`simulate_dynamic` on a hand-built case (a dict of its arrays, float64 or int)."""
+    f32 = np.float32
+    c = {k: (v.astype(f32) if v.dtype == np.float64 else v) for k, v in case.items()}
+    return dyn.simulate_dynamic(
+        c["links"], c["share"], c["live"], c["size"], c["start"], c["src"], c["nic"],
+        c["src"].size, c["base_rtt"], c["max_window"], c["capacity"], c["buffer"], c["kmin"],
+        c["kmax"], c["multiplexed"], *flow_link_pairs(c["links"], c["capacity"].size - 1),
+        params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
+
+
 def test_a_link_passes_on_no_more_than_it_got():
     """A queue that drains while the flows through it change (one ends with its bytes still
     queued, another starts, slower): the next link carries what the first passed on, not
     its last step's ratio of departures to arrivals applied to the new flow (+0.9% to +1.4%
     over the four starts without the bound on that ratio, within 0.1% with it)."""
     pkt, capacity_0 = 4160.0, 12.5e9 / 4
-    links = np.array([[[0, 1]], [[0, 1]]], np.int32)         # both flows: link 0, then 1
-    capacity = np.array([capacity_0, 40 * capacity_0, np.inf])
     buffer = np.array([200 * pkt, 200 * pkt, np.inf])        # no trims: link 0 queues
-    kmin, kmax = np.r_[0.9 * buffer[:2], 1e30], np.r_[0.95 * buffer[:2], 2e30]
-    size = np.array([80 * pkt, 40 * pkt])
-    src, nic = np.array([0, 1], np.int32), np.array([4 * capacity_0, 0.2 * capacity_0])
+    nic = np.array([4 * capacity_0, 0.2 * capacity_0])
     base = np.full(2, 5e-6)
+    case = dict(links=np.array([[[0, 1]], [[0, 1]]], np.int32),  # both flows: link 0, then 1
+                share=np.ones((2, 1)), live=np.ones((2, 1), bool),
+                size=np.array([80 * pkt, 40 * pkt]), src=np.array([0, 1], np.int32), nic=nic,
+                base_rtt=base, max_window=1e3 * base * nic[0],
+                capacity=np.array([capacity_0, 40 * capacity_0, np.inf]), buffer=buffer,
+                kmin=np.r_[0.9 * buffer[:2], 1e30], kmax=np.r_[0.95 * buffer[:2], 2e30],
+                multiplexed=np.array([1.0, 1.0, 0.0]))
     params = one_path_params(pkt, 20_000)
-    f32 = np.float32
     for second_start in (20e-6, 40e-6, 60e-6, 80e-6):       # while link 0 still drains
-        out = dyn.simulate_dynamic(
-            links, np.ones((2, 1), f32), np.ones((2, 1), bool), size.astype(f32),
-            np.array([0.0, second_start], f32), src, nic.astype(f32), 2, base.astype(f32),
-            (1e3 * base * nic[0]).astype(f32), capacity.astype(f32), buffer.astype(f32),
-            kmin.astype(f32), kmax.astype(f32), np.array([1.0, 1.0, 0.0], f32),
-            *flow_link_pairs(links, 2), params, ev_rule="fixed", lag=2, ack_lag=4)
+        out = run_case({**case, "start": np.array([0.0, second_start])}, params, ack_lag=4)
         assert int(out.status) == 0
         first, second = np.asarray(out.link_bytes, np.float64)
-        assert first == pytest.approx(size.sum(), rel=1e-4)
+        assert first == pytest.approx(case["size"].sum(), rel=1e-4)
         # the ratio is the last step's and the bound this step's offer, so not exact
         assert 0.99 * first <= second <= first * (1 + 2e-3)
 
@@ -777,23 +712,18 @@ def test_the_window_hears_of_a_trim_a_round_trip_late():
     window: over the first round trips, the later they come, the more is trimmed (9.1
     packets against 7.6 with no delay); and every byte still arrives once."""
     pkt, capacity_0 = 4160.0, 12.5e9 / 4
-    links = np.array([[[0]]], np.int32)
-    capacity = np.array([capacity_0, np.inf])
     buffer = np.array([8 * pkt, np.inf])
-    kmin, kmax = np.r_[0.2 * buffer[:1], 1e30], np.r_[0.8 * buffer[:1], 2e30]
-    size = np.array([400 * pkt])
-    base = np.full(1, 5e-6)
-    nic = np.array([4 * capacity_0])
-    f32 = np.float32
+    base, nic = np.full(1, 5e-6), np.array([4 * capacity_0])
+    case = dict(links=np.array([[[0]]], np.int32), share=np.ones((1, 1)),
+                live=np.ones((1, 1), bool), size=np.array([400 * pkt]), start=np.zeros(1),
+                src=np.zeros(1, np.int32), nic=nic, base_rtt=base, max_window=1.5 * base * nic,
+                capacity=np.array([capacity_0, np.inf]), buffer=buffer,
+                kmin=np.r_[0.2 * buffer[:1], 1e30], kmax=np.r_[0.8 * buffer[:1], 2e30],
+                multiplexed=np.array([1.0, 0.0]))
+    size = case["size"]
 
     def run(ack_lag, steps):
-        return dyn.simulate_dynamic(
-            links, np.ones((1, 1), f32), np.ones((1, 1), bool), size.astype(f32),
-            np.zeros(1, f32), np.zeros(1, np.int32), nic.astype(f32), 1, base.astype(f32),
-            (1.5 * base * nic).astype(f32), capacity.astype(f32), buffer.astype(f32),
-            kmin.astype(f32), kmax.astype(f32), np.array([1.0, 0.0], f32),
-            *flow_link_pairs(links, 1), one_path_params(pkt, steps), ev_rule="fixed", lag=5,
-            ack_lag=ack_lag)
+        return run_case(case, one_path_params(pkt, steps), lag=5, ack_lag=ack_lag)
 
     early = {ack_lag: float(run(ack_lag, 40).trimmed[0]) for ack_lag in (0, 10)}
     assert early[0] > 0
@@ -801,3 +731,66 @@ def test_the_window_hears_of_a_trim_a_round_trip_late():
     whole = run(10, 20_000)
     assert int(whole.status) == 0
     assert float(whole.delivered[0]) == pytest.approx(size[0], rel=1e-5)
+
+
+def tail_case(num_flows, load, buffer_packets, held=False):
+    """`num_flows` flows of 60 packets over one shared link (then a link of their own),
+    together at `load` of its capacity, so its fluid queue stays empty: window-limited (their
+    windows' bursts make the packet queue's tail), or `held` at that rate by their NICs."""
+    pkt, cap = 4160.0, 12.5e9
+    links = np.stack([np.zeros(num_flows), 1 + np.arange(num_flows)], 1)
+    links = links.astype(np.int32)[:, None, :]                          # [F, 1 slot, 2 hops]
+    capacity = np.r_[cap, np.full(num_flows, cap), np.inf]
+    buffer = np.r_[np.full(num_flows + 1, buffer_packets * pkt), np.inf]
+    kmin, kmax = 0.2 * buffer, 0.8 * buffer
+    kmin[-1], kmax[-1] = 1e30, 2e30
+    multiplexed = np.r_[np.ones(num_flows + 1), 0.0]
+    rate = load * cap / num_flows
+    nic = np.full(num_flows, rate if held else cap)
+    return dict(links=links, share=np.ones((num_flows, 1)), live=np.ones((num_flows, 1), bool),
+                size=np.full(num_flows, 60 * pkt), start=np.zeros(num_flows),
+                src=np.arange(num_flows, dtype=np.int32), nic=nic,
+                base_rtt=np.full(num_flows, 5e-6),
+                max_window=np.full(num_flows, (1.5 if held else 1.0) * 5e-6 * rate),
+                capacity=capacity, buffer=buffer, kmin=kmin, kmax=kmax,
+                multiplexed=multiplexed)
+
+
+def test_the_packet_tail_matches_the_numpy_reference():
+    """Twelve flows at 90% of a link whose buffer holds 8 packets: the fluid queue is empty
+    but the packets' queue overflows now and then, and a flow loses whole packets to it,
+    more than it sends in a step (it owes the rest to the next steps)."""
+    case = tail_case(12, 0.9, 8)
+    steps = 200
+    params = one_path_params(4160.0, steps)
+    out = run_case(case, params)
+    p = {k: float(v) for k, v in params._asdict().items()
+         if k not in ("max_steps", "stride", "seed")}
+    delivered, trimmed, duplicated, link_bytes, finish, tail_trims = reference(
+        **{k: case[k] for k in ("links", "share", "live", "size", "start", "src", "nic")},
+        base_rtt=case["base_rtt"], max_window=case["max_window"], capacity=case["capacity"],
+        buffer=case["buffer"], kmin=case["kmin"], kmax=case["kmax"],
+        multiplexed=case["multiplexed"], p=p, ev_rule="fixed", lag=2, ack_lag=3, steps=steps,
+        p_seed=int(params.seed))
+    assert tail_trims > 4160.0 and tail_trims == pytest.approx(trimmed.sum())
+    np.testing.assert_allclose(np.asarray(out.trimmed), trimmed, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.link_bytes), link_bytes, rtol=2e-3, atol=64)
+
+
+def test_the_packet_tail_needs_more_flows_than_the_buffer_holds_packets():
+    """At the same load, twelve window-limited flows through a buffer of 8 packets lose some
+    to its tail; four do not (four flows queue at most three packets), nor twelve that their
+    NICs pace; every byte arrives once, a trim is at least a whole packet, and the answer is
+    the same for the same seed."""
+    many, few, paced = (run_case(tail_case(n, 0.9, 8, held), one_path_params(4160.0, 20_000))
+                        for n, held in ((12, False), (4, False), (12, True)))
+    assert int(many.status) == int(few.status) == int(paced.status) == 0
+    assert float(np.asarray(few.trimmed).sum()) == 0.0
+    assert float(np.asarray(paced.trimmed).sum()) == 0.0
+    trimmed = np.asarray(many.trimmed, np.float64)
+    assert trimmed.sum() >= 4160.0
+    assert np.all((trimmed == 0) | (trimmed >= 4160.0 * (1 - 1e-6)))
+    np.testing.assert_allclose(np.asarray(many.delivered), 60 * 4160.0, rtol=1e-5)
+    again = run_case(tail_case(12, 0.9, 8), one_path_params(4160.0, 20_000))
+    np.testing.assert_array_equal(np.asarray(again.trimmed), trimmed.astype(np.float32))
