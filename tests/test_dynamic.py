@@ -346,18 +346,25 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
     Q = np.zeros(num_links)
     fwd = np.ones(num_links)
 
-    def signals(queue, passed, wait):
+    def signals(queue, passed, wait, busy):
         out = np.zeros((num_links, 3))
         for l in range(num_links):
             finite = np.isfinite(capacity[l])
             out[l, 0] = queue[l] / capacity[l] + wait[l]
-            level = queue[l] + (wait[l] * capacity[l] if finite else 0.0)
-            out[l, 1] = min(max((level - kmin[l]) / max(kmax[l] - kmin[l], 1.0), 0.0), 1.0)
+            mean = wait[l] * capacity[l] if finite else 0.0
+            span = max(kmax[l] - kmin[l], 1.0)
+            if mean > 0 and dyn.MARK_SPREAD:
+                # RED's mark averaged over the packet queue: P(Q > x) = busy exp(-x busy / mean)
+                x = np.linspace(kmin[l], kmax[l], 4001)
+                y = busy[l] * np.exp(-x * busy[l] / mean)
+                out[l, 1] = ((y[1:] + y[:-1]) / 2 * np.diff(x)).sum() / span
+            else:
+                out[l, 1] = min(max((queue[l] + mean - kmin[l]) / span, 0.0), 1.0)
             out[l, 2] = passed[l]
         return out
 
-    hist = [signals(np.zeros(num_links), np.ones(num_links), np.zeros(num_links))
-            for _ in range(lag + 1)]
+    hist = [signals(np.zeros(num_links), np.ones(num_links), np.zeros(num_links),
+                    np.zeros(num_links)) for _ in range(lag + 1)]
     delivered = np.zeros(num_flows)
     trimmed = np.zeros(num_flows)
     echoes = []                 # per step: (bytes delivered, bytes trimmed) per flow
@@ -560,7 +567,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
             s = s + np.where(sending, np.minimum(dt / np.maximum(rtt, walk), 1), 0)[:, None] * (
                 aim - s)
         Q = Qn
-        hist[step % (lag + 1)] = signals(Q, passed * (1 - tail), wait)
+        hist[step % (lag + 1)] = signals(Q, passed * (1 - tail), wait, rho)
     return delivered, trimmed, duplicated, link_bytes[:-1], finish, tail_trims
 
 

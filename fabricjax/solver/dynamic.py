@@ -9,8 +9,9 @@ One step:
 
 1. the path signals of every slot, as the sender sees them `lag` steps late (ACKs come
    back): queueing delay (sum of Q/C plus the packet wait below), mark probability (RED
-   between Kmin and Kmax on the queue plus the packets waiting, one draw per hop) and the
-   share of its bytes trimmed;
+   between Kmin and Kmax on the fluid queue, or where that is empty averaged over the packet
+   queue's spread around the packet wait, `_link_signals`; one draw per hop) and the share
+   of its bytes trimmed;
 2. rate r = min(W / RTT, NIC) with RTT = base RTT + the slots' mean queueing delay, the NIC
    shared by its GPU's flows as its per-packet round robin shares it (`nic_round_robin`: a
    flow its window stops waits an RTT and then for its turn), never more than R;
@@ -106,6 +107,7 @@ NIC_WINDOW_WAIT = True  # a window-limited flow also waits for its turn at the N
 SPURIOUS_TIMEOUTS = True  # a timer that fires before a held-back ACK sends a packet twice
 ACK_RUN_MAX = 8        # the longest run of packets between two ACKs the model follows
 PACKET_TRIMS = True    # the packet queue's tail trims (whole packets, at random)
+MARK_SPREAD = True     # an empty fluid queue's marks: RED over the packet queue's spread
 RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
 
 
@@ -247,12 +249,25 @@ def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
     return jnp.where(held, level[src], want), held
 
 
-def _link_signals(queue, capacity, kmin, kmax, passed, wait):
-    """float[L+1, 3]: queueing delay (s), ECN mark probability, share passed, per link
-    (`wait`: the packet-level wait on top of the fluid queue)."""
+def _link_signals(queue, capacity, kmin, kmax, passed, wait, busy):
+    """float[L+1, 3]: queueing delay (s), ECN mark probability, share passed, per link.
+
+    `wait` (s) is the packet-level wait on top of the fluid queue (set only where that is
+    empty) and `busy` the share of packets that find the packet queue non-empty (the link's
+    utilisation). RED marks linearly between Kmin and Kmax of the queue a packet finds. On a
+    fluid queue that is its level; on the packet queue it is RED averaged over the queue's
+    spread, taken as the diffusion approximation's exponential, P(Q > x) = busy exp(-x busy /
+    mean) with the packet wait's mean: packets near full load find the queue now empty, now
+    past Kmin, so a link just under full load marks some and one far past Kmin not all of them
+    (MARK_SPREAD; off: RED on the mean)."""
     delay = queue / capacity + wait
-    level = queue + jnp.where(jnp.isfinite(capacity), wait * capacity, 0.0)
-    mark = jnp.clip((level - kmin) / jnp.maximum(kmax - kmin, 1.0), 0.0, 1.0)
+    span = jnp.maximum(kmax - kmin, 1.0)
+    mean = jnp.where(jnp.isfinite(capacity), wait * capacity, 0.0)   # bytes
+    decay = busy / jnp.maximum(mean, TINY)
+    spread = busy * (jnp.exp(-decay * kmin) - jnp.exp(-decay * kmax)) / jnp.maximum(
+        decay * span, TINY)
+    mark = jnp.where((mean > 0.0) & MARK_SPREAD, jnp.clip(spread, 0.0, 1.0),
+                     jnp.clip((queue + mean - kmin) / span, 0.0, 1.0))
     return jnp.stack([delay, mark, passed], axis=-1)
 
 
@@ -326,7 +341,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     finite_cap = jnp.isfinite(capacity)
     real = jnp.arange(num_links) < num_links - 1
     signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links),
-                              jnp.zeros(num_links))
+                              jnp.zeros(num_links), jnp.zeros(num_links))
     init = _State(
         step=jnp.int32(0), remaining=size, window=max_window,
         avg_delay=jnp.zeros(num_flows), fi_count=jnp.zeros(num_flows),
@@ -534,7 +549,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             share = s.share + jnp.where(sending, jnp.minimum(dt / jnp.maximum(rtt, walk), 1.0),
                                         0.0)[:, None] * (aim - s.share)
         # ---- records
-        signals = _link_signals(queue, capacity, kmin, kmax, passed * (1.0 - tail), wait)
+        signals = _link_signals(queue, capacity, kmin, kmax, passed * (1.0 - tail), wait,
+                               jnp.clip(arrive / capacity, 0.0, RHO_MAX))
         history = s.history.at[s.step % (lag + 1)].set(signals)
         fill = jnp.where(real, queue / jnp.where(real, buffer, 1.0), 0.0)
         slot = jnp.minimum(s.step // p.stride, RECORDS - 1)
