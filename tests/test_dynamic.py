@@ -564,7 +564,10 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
             aim = visits / visits.sum(1, keepdims=True)
         if ev_rule != "fixed":
             walk = n_live[:, 0] * p["pkt"] / np.maximum(rate, 1e-30)
-            s = s + np.where(sending, np.minimum(dt / np.maximum(rtt, walk), 1), 0)[:, None] * (
+            moving = sending.copy()
+            if ev_rule == "bitmap":     # the walk never comes back to an EV of a short flow
+                moving &= size > n_live[:, 0] * p["pkt"]
+            s = s + np.where(moving, np.minimum(dt / np.maximum(rtt, walk), 1), 0)[:, None] * (
                 aim - s)
         Q = Qn
         hist[step % (lag + 1)] = signals(Q, passed * (1 - tail), wait, rho)
@@ -801,3 +804,30 @@ def test_the_packet_tail_needs_more_flows_than_the_buffer_holds_packets():
     np.testing.assert_allclose(np.asarray(many.delivered), 60 * 4160.0, rtol=1e-5)
     again = run_case(tail_case(12, 0.9, 8), one_path_params(4160.0, 20_000))
     np.testing.assert_array_equal(np.asarray(again.trimmed), trimmed.astype(np.float32))
+
+
+def test_the_bitmap_walk_reweights_an_ev_only_when_it_comes_back_to_it():
+    """Two flows, each over a slow EV whose queue marks and a fast one, at a slow
+    NIC (a packet every 20 us). The bitmap walk sends the next packet on the next EV and
+    skips a penalised EV only when it comes back to it: a flow of 2 packets on 2 EVs never
+    does, so its split stays even (the fast link carries half of what it sent); one of 40
+    packets moves its bytes off the slow EV."""
+    pkt = 4160.0
+    nic_rate = pkt / 20e-6
+    slow, fast = 0.3 * nic_rate, 100 * nic_rate
+    buffer = np.r_[np.full(4, pkt), np.inf]
+    case = dict(links=np.array([[[0], [1]], [[2], [3]]], np.int32),
+                share=np.full((2, 2), 0.5), live=np.ones((2, 2), bool),
+                size=np.array([2 * pkt, 40 * pkt]), start=np.zeros(2),
+                src=np.array([0, 1], np.int32), nic=np.full(2, nic_rate),
+                base_rtt=np.full(2, 5e-6), max_window=np.full(2, 100 * pkt),
+                capacity=np.array([slow, fast, slow, fast, np.inf]), buffer=buffer,
+                kmin=np.r_[0.2 * buffer[:4], 1e30], kmax=np.r_[0.8 * buffer[:4], 2e30],
+                multiplexed=np.r_[np.ones(4), 0.0])
+    out = run_case(case, one_path_params(pkt, 20_000), ev_rule="bitmap")
+    assert int(out.status) == 0
+    link_bytes = np.asarray(out.link_bytes, np.float64)
+    sent = case["size"] + np.asarray(out.trimmed, np.float64)     # resent bytes included
+    assert np.asarray(out.max_fill)[0] > 0.2       # the short flow's slow EV marks (> Kmin)
+    assert link_bytes[1] == pytest.approx(0.5 * sent[0], rel=1e-4)
+    assert link_bytes[3] > 0.6 * sent[1]

@@ -53,7 +53,11 @@ One step:
    over all of them;
    `bitmap`, htsim's bitmap walk (uec_mp.cpp, UecMpBitmap): the walk skips an EV once per
    ECN echo and BITMAP_NACK times per NACK, so an EV with mark probability m and trim share
-   t gets 1 / (1 + m + 4 t) of its visits; `reps`, htsim's REPS (UecMpReps,
+   t gets 1 / (1 + m + 4 t) of its visits; a flow with no more packets than live EVs sends
+   one on each and never comes back to one, so its mix stays (an all-to-all's short flows;
+   a longer flow's mix moves from its start, though the walk's first pass is spraying:
+   holding it that long is further from htsim on degraded fabrics, bench/fidelity);
+   `reps`, htsim's REPS (UecMpReps,
    buffer_reps.cpp): every clean ACK puts its EV back for one reuse, every other packet
    draws an EV uniformly at random, so the mix is (1 - q) uniform + q (the shares of the
    clean EVs) with q the clean ACKs per packet.
@@ -546,7 +550,12 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             # the walk re-weights an EV only when it comes back to it: once per pass over the
             # live EVs, so the mix moves within an RTT or a pass, whichever is longer
             walk = n_live[:, 0] * p.pkt / jnp.maximum(rate, TINY)
-            share = s.share + jnp.where(sending, jnp.minimum(dt / jnp.maximum(rtt, walk), 1.0),
+            moving = sending
+            if ev_rule == "bitmap":
+                # a flow with no more packets than live EVs sends one on each and is done
+                # before the walk comes back to any: nothing to re-weight
+                moving = moving & (size > n_live[:, 0] * p.pkt)
+            share = s.share + jnp.where(moving, jnp.minimum(dt / jnp.maximum(rtt, walk), 1.0),
                                         0.0)[:, None] * (aim - s.share)
         # ---- records
         signals = _link_signals(queue, capacity, kmin, kmax, passed * (1.0 - tail), wait,
