@@ -192,22 +192,27 @@ class _State(NamedTuple):
     series: jax.Array
 
 
-def packet_wait(arrive, capacity, pkt):
+def utilisation(arrive, capacity):
+    """float[L+1]: each link's utilisation as its packet queue sees it, capped at RHO_MAX
+    (the share of packets that find that queue busy)."""
+    return jnp.clip(arrive / capacity, 0.0, RHO_MAX)
+
+
+def packet_wait(rho, capacity, pkt):
     """float[L+1] s: the mean wait of a packet in an M/D/1 queue at the link's utilisation
-    (capped at RHO_MAX): the queueing that packets meet even where the fluid queue is empty."""
-    rho = jnp.clip(arrive / capacity, 0.0, RHO_MAX)
+    `rho` (`utilisation`): the queueing that packets meet even where the fluid queue is
+    empty."""
     return PACKET_QUEUEING * pkt / capacity * rho / (2.0 * (1.0 - rho))
 
 
-def packet_tail(arrive, capacity, buffer, pkt, variability, possible):
+def packet_tail(rho, buffer, pkt, variability, possible):
     """float[L+1]: the share of a link's packets that find its buffer full in the packet
     queue under the fluid one (where `possible`): rho exp(-2 (1 - rho) B / (rho c2 pkt)),
-    the diffusion approximation of a GI/D/1 queue at utilisation rho (capped at RHO_MAX)
+    the diffusion approximation of a GI/D/1 queue at utilisation `rho` (`utilisation`)
     whose arrivals have squared coefficient of variation c2 = `variability`."""
-    rho = jnp.clip(arrive / capacity, 0.0, RHO_MAX)
     decay = 2.0 * (1.0 - rho) / jnp.maximum(rho * variability * pkt, TINY)
     return jnp.where(possible & (variability > 0.0), rho * jnp.exp(-decay * buffer),
-                     0.0) if PACKET_TRIMS else jnp.zeros_like(arrive)
+                     0.0) if PACKET_TRIMS else jnp.zeros_like(rho)
 
 
 def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
@@ -404,6 +409,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         contrib = (slot_rate[..., None] * reach).reshape(-1)
         arrive = jax.ops.segment_sum(contrib, flat, num_segments=num_links)
         arrive = jnp.where(real, arrive, 0.0)
+        busy = utilisation(arrive, capacity)
         # packets meet at random only where several flows merge (1 - the flows' Herfindahl
         # index of the arrivals: 0 for one flow), and n paced paths queue at most n - 1
         # packets ahead of one (n*D/D/1; n = 1 / the paths' Herfindahl index)
@@ -431,7 +437,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         windowed = jnp.where(held, 0.0, 1.0)[:, None, None]
         bursts = jax.ops.segment_sum((contrib.reshape(links.shape) * windowed).reshape(-1),
                                      flat, num_segments=num_links)
-        tail = packet_tail(arrive, capacity, buffer, p.pkt,
+        tail = packet_tail(busy, buffer, p.pkt,
                            merging * bursts / jnp.maximum(arrive, TINY),
                            real & (queue <= 0.0) & ((flows_in - 1.0) * p.pkt > buffer))
         # this step's bytes: those trimmed anywhere on their slot stay in R
@@ -461,7 +467,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         remaining = jnp.where(done_now, 0.0, s.remaining - gone)
         # where the fluid queue holds bytes it is the queue: no packet wait on top of it
         wait = jnp.where(real & (queue <= 0.0),
-                         merging * jnp.minimum(packet_wait(arrive, capacity, p.pkt),
+                         merging * jnp.minimum(packet_wait(busy, capacity, p.pkt),
                                                others * p.pkt / capacity), 0.0)
         # the last byte is in whichever used slot's queue drains last, as it stood when that
         # byte joined it (`frac` into the step: between the step's start and end queues), not
@@ -558,8 +564,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             share = s.share + jnp.where(moving, jnp.minimum(dt / jnp.maximum(rtt, walk), 1.0),
                                         0.0)[:, None] * (aim - s.share)
         # ---- records
-        signals = _link_signals(queue, capacity, kmin, kmax, passed * (1.0 - tail), wait,
-                               jnp.clip(arrive / capacity, 0.0, RHO_MAX))
+        signals = _link_signals(queue, capacity, kmin, kmax, passed * (1.0 - tail), wait, busy)
         history = s.history.at[s.step % (lag + 1)].set(signals)
         fill = jnp.where(real, queue / jnp.where(real, buffer, 1.0), 0.0)
         slot = jnp.minimum(s.step // p.stride, RECORDS - 1)
