@@ -120,3 +120,30 @@ def test_every_single_plane_ecmp_run_has_its_paths_on_the_edge_list(matrices, tm
                         for i in links[f] if i < fabric.num_links}
                 want = tuple(compare.switch_name(topo, n) for n in (row["from"], row["to"]))
                 assert want in hops, (path.name, row)
+
+
+def _fcts(path: Path) -> list[tuple[int, int, int, float]]:
+    with gzip.open(path, "rt") as fh:
+        return [(int(r["src"]), int(r["dst"]), int(r["size_bytes"]), float(r["fct_us"]))
+                for r in csv.DictReader(fh)]
+
+
+def test_every_rerun_is_the_seed_1_matrix_again(matrices):
+    """results/reseed holds reruns of a case's seed-1 matrix with other htsim seeds
+    (run_htsim.sh's RESEED, read by spread.py): the same connections in the same order, every
+    flow finished, and other finish times than the committed seed-1 run's."""
+    reruns = sorted((FIDELITY / "results" / "reseed").glob("*.csv.gz"))
+    assert reruns
+    spread = _module("spread")
+    name = re.compile(r"(.+)_(ecmp|spray|mrc_reps|mrc_bitmap)_s1_r(\d+)\.csv\.gz$")
+    for path in reruns:
+        m = name.match(path.name)
+        assert m and m[1] in matrices.CASES, path.name
+        case, run = m[1], m[2]
+        conns = _read_matrix(FIDELITY / "matrices" / f"{case}_s1.cm")
+        again = _fcts(path)
+        first = _fcts(FIDELITY / "results" / f"{case}_{run}_s1.csv.gz")
+        assert [row[:3] for row in again] == [conns[fid] for fid in sorted(conns)], path.name
+        assert [row[3] for row in again] != [row[3] for row in first], path.name
+        assert len(spread.reseeded(case, run)) == sum(
+            1 for p in reruns if p.name.startswith(f"{case}_{run}_s1_r"))

@@ -232,13 +232,16 @@ def quantiles(values: np.ndarray) -> tuple[float, float, float]:
     return float(p50), float(p99), float(values.max())
 
 
-def case_scenario(case: str, seed: int, workdir: Path, policies=tuple(POLICIES)):
+def case_scenario(case: str, seed: int, workdir: Path, policies=tuple(POLICIES),
+                  matrix_seed: int | None = None):
     """The case's scenario for `seed` (its edge list and matrix copied into `workdir`)
-    under `policies`."""
+    under `policies`; the matrix is that of `matrix_seed` where given (a rerun of the same
+    flows with other hash salts and draws)."""
     topo, hosts, paths, _ = CASES[case]
     # a scenario reads files inside its own folder only: the matrix joins the edge list there
-    matrix = workdir / matrix_path(case, seed).name
-    shutil.copyfile(matrix_path(case, seed), matrix)
+    source = matrix_path(case, seed if matrix_seed is None else matrix_seed)
+    matrix = workdir / source.name
+    shutil.copyfile(source, matrix)
     scenario = parse_scenario({
         "name": f"{case}_s{seed}", "seed": seed,
         "fabric": fabric_config(topo, hosts, paths, workdir),
@@ -249,9 +252,10 @@ def case_scenario(case: str, seed: int, workdir: Path, policies=tuple(POLICIES))
     return scenario
 
 
-def case_phase(case: str, seed: int, workdir: Path):
-    """(scenario, fabric, flows, stream) of the case's one phase for `seed`."""
-    scenario = case_scenario(case, seed, workdir)
+def case_phase(case: str, seed: int, workdir: Path, matrix_seed: int | None = None):
+    """(scenario, fabric, flows, stream) of the case's one phase for `seed` (on the matrix of
+    `matrix_seed` where given)."""
+    scenario = case_scenario(case, seed, workdir, matrix_seed=matrix_seed)
     fabric = build(scenario)
     collective = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))[0]
     return scenario, fabric, collective.phases[0].flows, (collective.stream, 0)
@@ -294,13 +298,16 @@ def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
     return out
 
 
-def dynamic_fcts(case: str, seed: int, workdir: Path) -> dict:
+def dynamic_fcts(case: str, seed: int, workdir: Path, matrix_seed: int | None = None,
+                 policies=tuple(POLICIES)) -> dict:
     """{policy: (p50, p99, max, seconds)} of fabricjax's dynamic level (engine.dynamic) on
-    the case's matrix for `seed`: the same scenario, fabric, flows and slots."""
-    scenario, fabric, flows, stream = case_phase(case, seed, workdir)
-    routed = routed_ecmp(case, seed, scenario, fabric, flows, stream)
+    the case's matrix for `seed`: the same scenario, fabric, flows and slots (the matrix of
+    `matrix_seed` where given: htsim's slots only where the two seeds are one)."""
+    scenario, fabric, flows, stream = case_phase(case, seed, workdir, matrix_seed)
+    routed = (routed_ecmp(case, seed, scenario, fabric, flows, stream)
+              if matrix_seed in (None, seed) else None)
     out = {}
-    for policy in POLICIES:
+    for policy in policies:
         start = time.perf_counter()
         outcome = solve_dynamic_phase(policy, scenario, fabric, flows, stream,
                                       slots=routed if policy == "ecmp" else None)

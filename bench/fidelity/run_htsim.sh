@@ -12,6 +12,10 @@
 #   LOGS   raw stdout, scratch, wall times    [$HTSIM_BUILD/logs]
 #   POLICIES  subset of: ecmp spray mrc_reps mrc_bitmap   [all four]
 #   SEEDS     subset of seeds                              [every matrix the case has]
+#   RESEED    htsim seeds to rerun each case's seed-1 matrix with instead: the same flows on
+#             the same fabric, other hash salts and random draws. Results go to
+#             results/reseed/<case>_<policy>_s1_r<seed>.csv.gz (spread.py reads them): how
+#             far htsim's own quantiles move from run to run, the noise under a target.
 #
 # Policies (htsim's source-side load balancing; every switch hashes the packet's entropy):
 #   ecmp       -load_balancing_algo oblivious -paths 1    one entropy per connection
@@ -41,6 +45,7 @@ POLICIES="${POLICIES:-ecmp spray mrc_reps mrc_bitmap}"
 MTU=4160
 END_US=100000
 mkdir -p "$HERE/results" "$HERE/routes" "$LOGS"
+[ -z "${RESEED:-}" ] || mkdir -p "$HERE/results/reseed"
 [ -x "$HTSIM" ] || { echo "no htsim_uec at $HTSIM" >&2; exit 2; }
 
 topology() {    # case -> topology file [extra flags]
@@ -170,12 +175,25 @@ run_one() {     # name matrix seed policy planes -> one htsim run; sets $log, $s
 for case in "${CASES[@]}"; do
     read -r topo extra <<< "$(topology "$case")" || exit 2
     nplanes=$(planes "$case")
+    # (matrix seed, htsim seed, where the CSV goes) per run
+    runs=()
     for matrix in "$HERE"/matrices/"${case}"_s*.cm; do
         seed="${matrix##*_s}"; seed="${seed%.cm}"
-        if [ -n "${SEEDS:-}" ] && [[ " $SEEDS " != *" $seed "* ]]; then continue; fi
+        if [ -n "${RESEED:-}" ]; then
+            if [ "$seed" = 1 ]; then
+                for again in $RESEED; do runs+=("1 $again reseed/"); done
+            fi
+        elif [ -z "${SEEDS:-}" ] || [[ " $SEEDS " == *" $seed "* ]]; then
+            runs+=("$seed $seed ")
+        fi
+    done
+    for run in "${runs[@]}"; do
+        read -r matrix_seed seed out <<< "$run"
+        matrix="$HERE/matrices/${case}_s$matrix_seed.cm"
         for policy in $POLICIES; do
-            name="${case}_${policy}_s${seed}"
-            csv="$HERE/results/$name.csv.gz"
+            name="${case}_${policy}_s${matrix_seed}"
+            [ "$seed" = "$matrix_seed" ] || name="${name}_r$seed"
+            csv="$HERE/results/$out$name.csv.gz"
             rm -f "$csv"
             logs=()
             ok=1
@@ -184,7 +202,8 @@ for case in "${CASES[@]}"; do
                 logs+=("$log"); [ "$status" = ok ] || ok=0
             else
                 for ((plane = 0; plane < nplanes; plane++)); do
-                    run_one "${name}_p$plane" "$HERE/matrices/per_plane/${case}_s$seed.cm" \
+                    run_one "${name}_p$plane" \
+                        "$HERE/matrices/per_plane/${case}_s$matrix_seed.cm" \
                         $((seed * 100 + plane)) "$policy" "$nplanes"
                     logs+=("$log"); [ "$status" = ok ] || ok=0
                 done
@@ -192,7 +211,7 @@ for case in "${CASES[@]}"; do
             finished=$(extract "$matrix" "$csv" "${logs[@]}")
             # ECMP's paths as htsim's switches hashed them (HTSIM_ROUTES, the route-dump patch
             # of build_htsim.sh): compare.py runs fabricjax's ECMP rows on the same paths
-            if [ "$policy" = ecmp ] && [ "$nplanes" -eq 1 ] && [ -f "$csv" ]; then
+            if [ "$policy" = ecmp ] && [ "$nplanes" -eq 1 ] && [ -z "$out" ] && [ -f "$csv" ]; then
                 routes "${logs[0]}" "$HERE/routes/$name.csv.gz"
             fi
             if [ "$ok" -ne 1 ] || [ "${finished%/*}" != "${finished#*/}" ]; then
