@@ -167,13 +167,16 @@ def result_path(case: str, run: str, seed: int) -> Path:
     return HERE / "results" / f"{case}_{run}_s{seed}.csv.gz"
 
 
+def read_fcts(path: Path) -> np.ndarray:
+    """Per-flow FCTs (s) of one htsim run's CSV (run_htsim.sh's gzip src,dst,size_bytes,fct_us)."""
+    with gzip.open(path, "rt") as fh:
+        return np.array([float(row["fct_us"]) * 1e-6 for row in csv.DictReader(fh)])
+
+
 def htsim_fcts(case: str, run: str, seed: int) -> np.ndarray | None:
     """Per-flow FCTs (s) of one committed htsim run, or None if it is not committed."""
     path = result_path(case, run, seed)
-    if not path.exists():
-        return None
-    with gzip.open(path, "rt") as fh:
-        return np.array([float(row["fct_us"]) * 1e-6 for row in csv.DictReader(fh)])
+    return read_fcts(path) if path.exists() else None
 
 
 def routes_path(case: str, seed: int) -> Path:

@@ -18,8 +18,6 @@ moves from run to run as much as the target allows, one run's row says little.
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import sys
 import tempfile
 from pathlib import Path
@@ -36,11 +34,8 @@ RESEED_DIR = compare.HERE / "results" / "reseed"
 def reseeded(case: str, run: str) -> dict[int, np.ndarray]:
     """{htsim seed: per-flow FCTs (s)} of every rerun of the case's seed-1 matrix for one
     htsim run."""
-    runs = {}
-    for path in RESEED_DIR.glob(f"{case}_{run}_s1_r*.csv.gz"):
-        seed = int(path.name.split("_r")[-1].split(".")[0])
-        with gzip.open(path, "rt") as fh:
-            runs[seed] = np.array([float(row["fct_us"]) * 1e-6 for row in csv.DictReader(fh)])
+    runs = {int(path.name.split("_r")[-1].split(".")[0]): compare.read_fcts(path)
+            for path in RESEED_DIR.glob(f"{case}_{run}_s1_r*.csv.gz")}
     return dict(sorted(runs.items()))
 
 

@@ -347,6 +347,9 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     cap_dt = capacity * dt
     live_f = live.astype(jnp.float32)
     n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
+    # the bitmap walk comes back to an EV only where a flow has more packets than live EVs
+    # (one with fewer sends one on each and is done first: nothing to re-weight)
+    revisits = size > n_live[:, 0] * params.pkt
     finite_cap = jnp.isfinite(capacity)
     real = jnp.arange(num_links) < num_links - 1
     signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links),
@@ -556,11 +559,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             # the walk re-weights an EV only when it comes back to it: once per pass over the
             # live EVs, so the mix moves within an RTT or a pass, whichever is longer
             walk = n_live[:, 0] * p.pkt / jnp.maximum(rate, TINY)
-            moving = sending
-            if ev_rule == "bitmap":
-                # a flow with no more packets than live EVs sends one on each and is done
-                # before the walk comes back to any: nothing to re-weight
-                moving = moving & (size > n_live[:, 0] * p.pkt)
+            moving = sending & revisits if ev_rule == "bitmap" else sending
             share = s.share + jnp.where(moving, jnp.minimum(dt / jnp.maximum(rtt, walk), 1.0),
                                         0.0)[:, None] * (aim - s.share)
         # ---- records
