@@ -1,7 +1,9 @@
 """The committed htsim calibration data (bench/fidelity) is whole and consistent: the matrices
 are what make_matrices.py writes, a multi-plane case's per-plane matrix carries 1/P of every
 connection, and every case of compare.py has htsim's per-flow FCTs for every policy and seed,
-one per connection of its matrix, none faster than the bytes allow at line rate."""
+one per connection of its matrix, none faster than the bytes allow at line rate. And
+transport_stats.py reads the counters that htsim_transport_stats.patch adds to htsim's log,
+which run_htsim.sh's STATS switches on."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 FIDELITY = Path(__file__).resolve().parents[1] / "bench" / "fidelity"
@@ -147,3 +150,57 @@ def test_every_rerun_is_the_seed_1_matrix_again(matrices):
         assert [row[3] for row in again] != [row[3] for row in first], path.name
         assert len(spread.reseeded(case, run)) == sum(
             1 for p in reruns if p.name.startswith(f"{case}_{run}_s1_r"))
+
+
+# transport_stats.py reads these lines as htsim writes them with STATS set (stdout and stderr in
+# one log; shortened)
+TRANSPORT_LOG = """\
+Flow Uec_3_1 flowId 2 uecSrc 1 finished at 120.5 total messages 1 total packets 256 RTS 0
+flowstats Uec_3_1 new 256 resent 4 timeouts 0 nacks 4
+Flow Uec_0_2 flowId 1 uecSrc 0 finished at 100.0 total messages 1 total packets 256 RTS 0
+flowstats Uec_0_2 new 256 resent 1 timeouts 1 nacks 0
+reps packets 520 recycled 130 random 390 exploring 0 frozen 0 good 140 ecn 30 nack 4 timeout 1 freezes 1
+trims LS->US arrivals 1000 trimmed 40 per_50us 30/600 10/400
+trims US->LS arrivals 980 trimmed 0 per_50us 0/590 0/390
+"""
+
+
+@pytest.fixture(scope="module")
+def transport_stats():
+    return _module("transport_stats")
+
+
+def test_transport_stats_reads_a_log_flow_by_flow(transport_stats, tmp_path):
+    path = tmp_path / "case_mrc_reps_s1.log"
+    path.write_text(TRANSPORT_LOG)
+    got = transport_stats.read_log(path)
+    # flows in name order: Uec_0_2, then Uec_3_1
+    np.testing.assert_array_equal(got.fct_us, [100.0, 120.5])
+    np.testing.assert_array_equal(got.counters, [[256, 1, 1, 0], [256, 4, 0, 4]])
+    assert got.tiers == {"LS->US": (1000, 40, (30, 10)), "US->LS": (980, 0, (0, 0))}
+    assert got.reps["recycled"] == 130 and got.reps["freezes"] == 1
+    lines = transport_stats.htsim_lines("case", "mrc_reps", got)
+    assert lines[0].endswith("+1.00")          # two flows: the slower one has the NACKs
+    # 30 of 40 trims in the first 50 us: half by 50 us, 90% (36) by 100 us
+    assert any("LS->US" in line and "4.00%" in line and "half of them by 50 us, 90% by 100 us"
+               in line for line in lines)
+    assert not any("US->LS" in line for line in lines)   # a tier without trims is left out
+    assert any("recycled 25.0%" in line and "random 75.0%" in line for line in lines)
+
+
+def test_transport_stats_refuses_a_log_without_its_counters(transport_stats, tmp_path):
+    path = tmp_path / "plain.log"
+    path.write_text("\n".join(line for line in TRANSPORT_LOG.splitlines()
+                              if not line.startswith("flowstats")))
+    with pytest.raises(SystemExit, match="STATS"):
+        transport_stats.read_log(path)
+
+
+def test_stats_switches_on_every_counter_of_the_patch():
+    patch = (FIDELITY / "htsim_transport_stats.patch").read_text()
+    read = set(re.findall(r'getenv\("(HTSIM_\w+)"\)', patch))
+    script = (FIDELITY / "run_htsim.sh").read_text()
+    exported = set(re.findall(r"(HTSIM_\w+_STATS)=1", script))
+    assert read == {"HTSIM_TRIM_STATS", "HTSIM_FLOW_STATS", "HTSIM_REPS_STATS"}
+    assert read <= exported
+    assert "htsim_transport_stats.patch" in (FIDELITY / "build_htsim.sh").read_text()

@@ -16,6 +16,10 @@
 #             the same fabric, other hash salts and random draws. Results go to
 #             results/reseed/<case>_<policy>_s1_r<seed>.csv.gz (spread.py reads them): how
 #             far htsim's own quantiles move from run to run, the noise under a target.
+#   STATS     set: htsim counts where and when packets are trimmed, every flow's resends,
+#             timeouts and NACKs, and REPS's EV sources (htsim_transport_stats.patch; no event
+#             changes). The CSVs go to LOGS beside the logs, not to results/;
+#             transport_stats.py reads the logs.
 #
 # Policies (htsim's source-side load balancing; every switch hashes the packet's entropy):
 #   ecmp       -load_balancing_algo oblivious -paths 1    one entropy per connection
@@ -151,6 +155,9 @@ run_one() {     # name matrix seed policy planes -> one htsim run; sets $log, $s
     # machine shared with other jobs inflates far less than the wall time
     local TIMEFORMAT='%R %U %S' timing
     timing=$( { time { (cd "$scratch" && if [ "$policy" = ecmp ]; then export HTSIM_ROUTES=1; fi
+                              if [ -n "${STATS:-}" ]; then
+                                  export HTSIM_TRIM_STATS=1 HTSIM_FLOW_STATS=1 HTSIM_REPS_STATS=1
+                              fi
                               nice -n 19 "${cmd[@]}") > "$log" 2>&1; }
                 echo "$?" >&2; } 2>&1 )
     local wall cpu rc
@@ -194,6 +201,7 @@ for case in "${CASES[@]}"; do
             name="${case}_${policy}_s${matrix_seed}"
             [ "$seed" = "$matrix_seed" ] || name="${name}_r$seed"
             csv="$HERE/results/$out$name.csv.gz"
+            [ -z "${STATS:-}" ] || csv="$LOGS/$name.csv.gz"
             rm -f "$csv"
             logs=()
             ok=1
@@ -211,7 +219,8 @@ for case in "${CASES[@]}"; do
             finished=$(extract "$matrix" "$csv" "${logs[@]}")
             # ECMP's paths as htsim's switches hashed them (HTSIM_ROUTES, the route-dump patch
             # of build_htsim.sh): compare.py runs fabricjax's ECMP rows on the same paths
-            if [ "$policy" = ecmp ] && [ "$nplanes" -eq 1 ] && [ -z "$out" ] && [ -f "$csv" ]; then
+            if [ "$policy" = ecmp ] && [ "$nplanes" -eq 1 ] && [ -z "$out" ] && [ -z "${STATS:-}" ] \
+                && [ -f "$csv" ]; then
                 routes "${logs[0]}" "$HERE/routes/$name.csv.gz"
             fi
             if [ "$ok" -ne 1 ] || [ "${finished%/*}" != "${finished#*/}" ]; then
