@@ -13,14 +13,15 @@ this prints:
   `US->LS` a downlink to a leaf or ToR, `LS->DST` the last hop to a host), the share of the data
   packets that arrived there and were trimmed, and by when (to 50 us) half and 90% of those
   trims had come (a start-up burst, or trims all along);
-- per flow: NACKs (a trim each), resent packets, retransmission timeouts (mean, standard
-  deviation, largest) and how closely the FCTs follow the NACKs (Pearson correlation);
+- per flow: NACKs (a trim each; mean, standard deviation, largest), resent packets and
+  retransmission timeouts (means), and how closely the FCTs follow the NACKs (Pearson's r);
 - for REPS: the share of packets sent on a recycled EV, on a random one and while frozen (a
   timeout freezes the buffer), and how many timeouts froze one.
 
 Unless `--model none`, the dynamic level runs the same matrix and prints its trimmed and
 twice-sent packets per flow the same way (its bytes over 4,160 wire bytes per packet), and
-the same correlation: whether the model loses its time where htsim does.
+the same correlation: whether the model loses its time where htsim does. A multi-plane
+case's runs are one log per plane (`..._p<plane>.log`); they are not read.
 """
 
 from __future__ import annotations
