@@ -196,6 +196,12 @@ def test_transport_stats_refuses_a_log_without_its_counters(transport_stats, tmp
         transport_stats.read_log(path)
 
 
+def test_transport_stats_says_when_it_finds_no_log(transport_stats, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["transport_stats.py", "--logs", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no htsim logs of seed 1"):
+        transport_stats.main()
+
+
 def test_stats_switches_on_every_counter_of_the_patch():
     patch = (FIDELITY / "htsim_transport_stats.patch").read_text()
     read = set(re.findall(r'getenv\("(HTSIM_\w+)"\)', patch))

@@ -140,17 +140,22 @@ def main() -> int:
     parser.add_argument("--model", choices=["dynamic", "none"], default="dynamic",
                         help="fabricjax's dynamic level beside htsim's runs, or none")
     args = parser.parse_args()
+    found = {}
+    for case in args.case or list(compare.CASES):
+        logs = {run: args.logs / f"{case}_{run}_s{args.seed}.log"
+                for runs in compare.POLICIES.values() for run in runs}
+        logs = {run: path for run, path in logs.items() if path.exists()}
+        if logs:
+            found[case] = logs
+    if not found:
+        raise SystemExit(f"no htsim logs of seed {args.seed} in {args.logs} "
+                         "(run_htsim.sh with STATS=1 and LOGS writes them)")
     print("packets per flow (trims: mean, standard deviation, largest; resent, timeouts and sent "
           "twice: mean)")
     print(HEADER)
     print("-" * len(HEADER))
     with tempfile.TemporaryDirectory() as tmp:
-        for case in args.case or list(compare.CASES):
-            logs = {run: args.logs / f"{case}_{run}_s{args.seed}.log"
-                    for runs in compare.POLICIES.values() for run in runs}
-            logs = {run: path for run, path in logs.items() if path.exists()}
-            if not logs:
-                continue
+        for case, logs in found.items():
             for run, path in logs.items():
                 print("\n".join(htsim_lines(case, run, read_log(path))))
             if args.model == "none":
