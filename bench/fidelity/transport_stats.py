@@ -63,7 +63,9 @@ class HtsimStats(NamedTuple):
 def read_log(path: Path) -> HtsimStats:
     """The counters of one htsim log written with STATS set (stdout and stderr together)."""
     finished, counters, tiers, reps = {}, {}, {}, {}
-    for line in open(path, errors="replace"):
+    with open(path, errors="replace") as log:
+        lines = log.readlines()
+    for line in lines:
         if m := FINISHED.match(line):
             finished[m[1]] = float(m[2])
         elif m := FLOW.match(line):
