@@ -301,11 +301,11 @@ def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
     return out
 
 
-def dynamic_fcts(case: str, seed: int, workdir: Path, matrix_seed: int | None = None,
-                 policies=tuple(POLICIES)) -> dict:
-    """{policy: (p50, p99, max, seconds)} of fabricjax's dynamic level (engine.dynamic) on
-    the case's matrix for `seed`: the same scenario, fabric, flows and slots (the matrix of
-    `matrix_seed` where given: htsim's slots only where the two seeds are one)."""
+def dynamic_outcomes(case: str, seed: int, workdir: Path, matrix_seed: int | None = None,
+                     policies=tuple(POLICIES)):
+    """(scenario, flows, {policy: (engine.dynamic's outcome, seconds)}) of fabricjax's dynamic
+    level on the case's matrix for `seed`: the same scenario, fabric, flows and slots (the
+    matrix of `matrix_seed` where given: htsim's slots only where the two seeds are one)."""
     scenario, fabric, flows, stream = case_phase(case, seed, workdir, matrix_seed)
     routed = (routed_ecmp(case, seed, scenario, fabric, flows, stream)
               if matrix_seed in (None, seed) else None)
@@ -317,8 +317,16 @@ def dynamic_fcts(case: str, seed: int, workdir: Path, matrix_seed: int | None = 
         seconds = time.perf_counter() - start
         if outcome.status:
             raise SystemExit(f"{case} seed {seed}: {policy}'s dynamic run hit its step bound")
-        out[policy] = (*fct_quantiles(outcome, flows), seconds)
-    return out
+        out[policy] = (outcome, seconds)
+    return scenario, flows, out
+
+
+def dynamic_fcts(case: str, seed: int, workdir: Path, matrix_seed: int | None = None,
+                 policies=tuple(POLICIES)) -> dict:
+    """{policy: (p50, p99, max, seconds)} of the dynamic level (`dynamic_outcomes`)."""
+    _, flows, runs = dynamic_outcomes(case, seed, workdir, matrix_seed, policies)
+    return {policy: (*fct_quantiles(outcome, flows), seconds)
+            for policy, (outcome, seconds) in runs.items()}
 
 
 MODELS = {"static": fabricjax_fcts, "dynamic": dynamic_fcts}

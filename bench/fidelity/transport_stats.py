@@ -19,7 +19,8 @@ this prints:
   timeout freezes the buffer), and how many timeouts froze one.
 
 Unless `--model none`, the dynamic level runs the same matrix and prints its trimmed and
-twice-sent packets per flow the same way (its bytes over 4,160 wire bytes per packet), and
+twice-sent packets per flow the same way (its bytes over the scenario's wire bytes per packet,
+4,160 as htsim's -mtu), and
 the same correlation: whether the model loses its time where htsim does. A multi-plane
 case's runs are one log per plane (`..._p<plane>.log`); they are not read.
 """
@@ -39,9 +40,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare  # noqa: E402
-from fabricjax.engine.dynamic import solve_dynamic_phase  # noqa: E402
+from fabricjax.engine.timing import packet_bytes  # noqa: E402
 
-PACKET_WIRE_BYTES = 4160      # run_htsim.sh's -mtu: 4,096 payload bytes + 64 header bytes
 BIN_US = 50                   # htsim_transport_stats.patch counts trims per 50 us
 FINISHED = re.compile(r"Flow (Uec_\d+_\d+) flowId \d+ .*finished at (\S+)")
 FLOW = re.compile(r"flowstats (\S+) new (\d+) resent (\d+) timeouts (\d+) nacks (\d+)")
@@ -122,11 +122,11 @@ def htsim_lines(case: str, run: str, stats: HtsimStats) -> list[str]:
     return lines
 
 
-def model_line(case: str, policy: str, outcome) -> str:
-    """The dynamic level's per-flow row: trimmed and twice-sent packets (its bytes over the
-    packet's wire bytes); it resends every trimmed byte and has no timer but the spurious one."""
-    trimmed = outcome.trimmed_bytes / PACKET_WIRE_BYTES
-    twice = outcome.duplicated_bytes / PACKET_WIRE_BYTES
+def model_line(case: str, policy: str, outcome, packet: float) -> str:
+    """The dynamic level's per-flow row: trimmed and twice-sent packets (its bytes over
+    `packet` wire bytes); it resends every trimmed byte and has no timer but the spurious one."""
+    trimmed = outcome.trimmed_bytes / packet
+    twice = outcome.duplicated_bytes / packet
     return row(case, policy, "model", trimmed, float((trimmed + twice).mean()), "-",
                f"{twice.mean():.2f}", outcome.fct_s)
 
@@ -162,14 +162,12 @@ def main() -> int:
                 print("\n".join(htsim_lines(case, run, read_log(path))))
             if args.model == "none":
                 continue
-            scenario, fabric, flows, stream = compare.case_phase(case, args.seed, Path(tmp))
-            routed = compare.routed_ecmp(case, args.seed, scenario, fabric, flows, stream)
-            for policy, runs in compare.POLICIES.items():
-                if any(run in logs for run in runs):
-                    outcome = solve_dynamic_phase(
-                        policy, scenario, fabric, flows, stream,
-                        slots=routed if policy == "ecmp" else None)
-                    print(model_line(case, policy, outcome))
+            policies = [policy for policy, runs in compare.POLICIES.items()
+                        if any(run in logs for run in runs)]
+            scenario, _, outcomes = compare.dynamic_outcomes(case, args.seed, Path(tmp),
+                                                             policies=policies)
+            for policy, (outcome, _) in outcomes.items():
+                print(model_line(case, policy, outcome, packet_bytes(scenario)))
     return 0
 
 
