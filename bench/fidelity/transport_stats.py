@@ -20,9 +20,8 @@ this prints:
 
 Unless `--model none`, the dynamic level runs the same matrix and prints its trimmed and
 twice-sent packets per flow the same way (its bytes over the scenario's wire bytes per packet,
-4,160 as htsim's -mtu), and
-the same correlation: whether the model loses its time where htsim does. A multi-plane
-case's runs are one log per plane (`..._p<plane>.log`); they are not read.
+4,160 as htsim's -mtu), and the same correlation: whether the model loses its time where htsim
+does. A multi-plane case's runs are one log per plane (`..._p<plane>.log`); they are not read.
 """
 
 from __future__ import annotations
@@ -64,18 +63,17 @@ def read_log(path: Path) -> HtsimStats:
     """The counters of one htsim log written with STATS set (stdout and stderr together)."""
     finished, counters, tiers, reps = {}, {}, {}, {}
     with open(path, errors="replace") as log:
-        lines = log.readlines()
-    for line in lines:
-        if m := FINISHED.match(line):
-            finished[m[1]] = float(m[2])
-        elif m := FLOW.match(line):
-            counters[m[1]] = [int(m[i]) for i in range(2, 6)]
-        elif m := TIER.match(line):
-            bins = [int(pair.split("/")[0]) for pair in m[4].split()]
-            tiers[m[1]] = (int(m[2]), int(m[3]), tuple(bins))
-        elif m := REPS.match(line):
-            words = m[1].split()
-            reps = {key: int(value) for key, value in zip(words[::2], words[1::2])}
+        for line in log:
+            if m := FINISHED.match(line):
+                finished[m[1]] = float(m[2])
+            elif m := FLOW.match(line):
+                counters[m[1]] = [int(m[i]) for i in range(2, 6)]
+            elif m := TIER.match(line):
+                bins = [int(pair.split("/")[0]) for pair in m[4].split()]
+                tiers[m[1]] = (int(m[2]), int(m[3]), tuple(bins))
+            elif m := REPS.match(line):
+                words = m[1].split()
+                reps = {key: int(value) for key, value in zip(words[::2], words[1::2])}
     names = sorted(finished)
     if not names or any(name not in counters for name in names):
         raise SystemExit(f"{path}: no per-flow counters (was it run with STATS set?)")
