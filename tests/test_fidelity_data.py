@@ -188,6 +188,33 @@ def test_transport_stats_reads_a_log_flow_by_flow(transport_stats, tmp_path):
     assert any("recycled 25.0%" in line and "random 75.0%" in line for line in lines)
 
 
+def test_transport_stats_reads_the_ack_counters_where_the_log_has_them(transport_stats,
+                                                                      tmp_path):
+    # the older log above has no AR or ACK counters: no ACK lines
+    path = tmp_path / "old_mrc_reps_s1.log"
+    path.write_text(TRANSPORT_LOG)
+    got = transport_stats.read_log(path)
+    assert got.acks is None
+    assert not any("ACKs" in line for line in transport_stats.htsim_lines("c", "r", got))
+    # ten flows; the slowest (Uec_9_0, 150 us) is the slowest tenth
+    lines = []
+    for i in range(10):
+        ar, marked, clean = (50, 30, 20) if i == 9 else (10, 0, 64)
+        lines += [f"Flow Uec_{i}_0 flowId {i} uecSrc {i} finished at {100 + 5.5 * i} total",
+                  f"flowstats Uec_{i}_0 new 100 resent 0 timeouts 0 nacks 0 ar {ar} "
+                  f"ecnacks {marked} goodacks {clean}"]
+    path = tmp_path / "new_mrc_reps_s1.log"
+    path.write_text("\n".join(lines) + "\n")
+    got = transport_stats.read_log(path)
+    np.testing.assert_array_equal(got.acks[9], [50, 30, 20])
+    out = transport_stats.htsim_lines("c", "r", got)
+    # over all flows: clean (9 x 64 + 20) / 1000, marked 30 / 1000, AR (9 x 10 + 50) / 1000
+    assert any("all flows:" in line and "clean 0.596, marked 0.030; AR on 14.0%" in line
+               for line in out), out
+    assert any("slowest tenth:" in line and "clean 0.200, marked 0.300; AR on 50.0%" in line
+               for line in out), out
+
+
 def test_transport_stats_refuses_a_log_without_its_counters(transport_stats, tmp_path):
     path = tmp_path / "plain.log"
     path.write_text("\n".join(line for line in TRANSPORT_LOG.splitlines()

@@ -40,7 +40,7 @@ patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_route_dump.patch"
 # and one more, inert unless HTSIM_BITMAP_STATS is set: the bitmap walk's totals at exit
 patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_bitmap_stats.patch"
 # and a third, inert unless HTSIM_TRIM_STATS, HTSIM_FLOW_STATS or HTSIM_REPS_STATS is set: where
-# and when packets are trimmed, each flow's resends, timeouts and NACKs, REPS's EV sources
+# and when packets are trimmed, each flow's resends, timeouts, NACKs and ACKs, REPS's EV sources
 patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_transport_stats.patch"
 
 nice -n 19 cmake -S "$WORKDIR/src/htsim/sim" -B "$WORKDIR/build" \

@@ -17,7 +17,7 @@
 #             results/reseed/<case>_<policy>_s1_r<seed>.csv.gz (spread.py reads them): how
 #             far htsim's own quantiles move from run to run, the noise under a target.
 #   STATS     set: htsim counts where and when packets are trimmed, every flow's resends,
-#             timeouts and NACKs, and REPS's EV sources (htsim_transport_stats.patch; no event
+#             timeouts, NACKs and ACKs, and REPS's EV sources (htsim_transport_stats.patch; no event
 #             changes). The CSVs go to LOGS beside the logs, not to results/;
 #             transport_stats.py reads the logs.
 #

@@ -15,6 +15,10 @@ this prints:
   trims had come (a start-up burst, or trims all along);
 - per flow: NACKs (a trim each; mean, standard deviation, largest), resent packets and
   retransmission timeouts (means), and how closely the FCTs follow the NACKs (Pearson's r);
+- the ACKs that came back per packet sent, clean and marked, and the share of the packets
+  that asked for an ACK at once (the AR flag: a packet that fills the window or ends the
+  backlog), over all flows and over the slowest tenth; the receiver otherwise ACKs every
+  16 KiB and every marked packet, so this says how often a flow's window hears back;
 - for REPS: the share of packets sent on a recycled EV, on a random one and while frozen (a
   timeout freezes the buffer), and how many timeouts froze one.
 
@@ -43,7 +47,8 @@ from fabricjax.engine.timing import packet_bytes  # noqa: E402
 
 BIN_US = 50                   # htsim_transport_stats.patch counts trims per 50 us
 FINISHED = re.compile(r"Flow (Uec_\d+_\d+) flowId \d+ .*finished at (\S+)")
-FLOW = re.compile(r"flowstats (\S+) new (\d+) resent (\d+) timeouts (\d+) nacks (\d+)")
+FLOW = re.compile(r"flowstats (\S+) new (\d+) resent (\d+) timeouts (\d+) nacks (\d+)"
+                  r"(?: ar (\d+) ecnacks (\d+) goodacks (\d+))?")
 TIER = re.compile(r"trims (\S+) arrivals (\d+) trimmed (\d+) per_50us(.*)")
 REPS = re.compile(r"reps ((?:\w+ \d+ ?)+)")
 
@@ -51,23 +56,28 @@ REPS = re.compile(r"reps ((?:\w+ \d+ ?)+)")
 class HtsimStats(NamedTuple):
     """One htsim log's counters. fct_us: float[F]; counters: int[F, 4] (new packets, resent,
     timeouts, NACKs), both in flow-name order; tiers: {tier: (arrivals, trimmed, trims per
-    BIN_US of simulated time)}; reps: {counter: total} of a REPS run, else empty."""
+    BIN_US of simulated time)}; reps: {counter: total} of a REPS run, else empty; acks:
+    int[F, 3] (packets sent with the AR flag, marked ACKs, clean ACKs), or None where the log
+    predates those counters."""
 
     fct_us: np.ndarray
     counters: np.ndarray
     tiers: dict[str, tuple[int, int, tuple[int, ...]]]
     reps: dict[str, int]
+    acks: np.ndarray | None
 
 
 def read_log(path: Path) -> HtsimStats:
     """The counters of one htsim log written with STATS set (stdout and stderr together)."""
-    finished, counters, tiers, reps = {}, {}, {}, {}
+    finished, counters, acks, tiers, reps = {}, {}, {}, {}, {}
     with open(path, errors="replace") as log:
         for line in log:
             if m := FINISHED.match(line):
                 finished[m[1]] = float(m[2])
             elif m := FLOW.match(line):
                 counters[m[1]] = [int(m[i]) for i in range(2, 6)]
+                if m[6] is not None:
+                    acks[m[1]] = [int(m[i]) for i in range(6, 9)]
             elif m := TIER.match(line):
                 bins = [int(pair.split("/")[0]) for pair in m[4].split()]
                 tiers[m[1]] = (int(m[2]), int(m[3]), tuple(bins))
@@ -78,7 +88,9 @@ def read_log(path: Path) -> HtsimStats:
     if not names or any(name not in counters for name in names):
         raise SystemExit(f"{path}: no per-flow counters (was it run with STATS set?)")
     return HtsimStats(np.array([finished[n] for n in names]),
-                      np.array([counters[n] for n in names]), tiers, reps)
+                      np.array([counters[n] for n in names]), tiers, reps,
+                      np.array([acks[n] for n in names]) if all(n in acks for n in names)
+                      else None)
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> str:
@@ -111,6 +123,13 @@ def htsim_lines(case: str, run: str, stats: HtsimStats) -> list[str]:
                           for share in (0.5, 0.9))
             lines.append(f"{'':<43}{tier:<8} trimmed {trimmed / arrivals:6.2%} of {arrivals} "
                          f"packets, half of them by {half} us, 90% by {most} us")
+    if stats.acks is not None:
+        sent = stats.counters[:, 0] + stats.counters[:, 1]
+        slowest = np.argsort(stats.fct_us)[-max(len(sent) // 10, 1):]
+        for label, flows in (("all flows", slice(None)), ("slowest tenth", slowest)):
+            ar, marked, clean = stats.acks[flows].sum(0) / max(sent[flows].sum(), 1)
+            lines.append(f"{'':<43}ACKs    per packet sent, {label + ':':<14} clean {clean:.3f}, "
+                         f"marked {marked:.3f}; AR on {ar:5.1%} of the packets")
     if stats.reps.get("packets"):
         total = stats.reps["packets"]
         lines.append(f"{'':<43}REPS    recycled {stats.reps['recycled'] / total:5.1%}, "

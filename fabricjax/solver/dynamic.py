@@ -74,12 +74,13 @@ per network RTT; a marked ACK with delay >= target and the average delay above t
 by max(1 - 0.8 (avg - target) / avg, 0.5) at most once per base RTT; the delay average is an
 EWMA of weight 0.0125 per ACK (an ACK per 16 KiB, and one per marked packet) whose unmarked
 samples above target count as a quarter base RTT (a packet that fills the window or ends the
-backlog asks for an ACK at once, the AR flag of `UecSrc::sendNewPacket`, so a window-limited
-flow and a flow's last bytes are ACKed packet by packet; a flow held back by its NIC every
-`ack_packets` packets, 16 KiB, `UecSink::shouldSack`); a NACK (trim) removes its bytes from W and
-arms quick adapt until it fires (W = bytes ACKed in the last base RTT + target, when below
-maxwnd / 8, at the end of that interval, armed or with a delay past 4 targets then; the
-intervals start at the flow's first ACK or NACK);
+backlog asks for an ACK at once, the AR flag of `UecSrc::sendNewPacket`, so the model ACKs a
+window-limited flow and a flow's last bytes packet by packet: an upper bound, as htsim ACKs
+0.36-0.79 of such a flow's unmarked packets, bench/fidelity/transport_stats.py; a flow held
+back by its NIC every `ack_packets` packets, 16 KiB, `UecSink::shouldSack`); a NACK (trim)
+removes its bytes from W and arms quick adapt until it fires (W = bytes ACKed in the last
+base RTT + target, when below maxwnd / 8, at the end of that interval, armed or with a delay
+past 4 targets then; the intervals start at the flow's first ACK or NACK);
 W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top. The
 delays compared with the target are those of the marked and of the unmarked ACKs apart
 (share-weighted over the slots), as each ACK carries its own path's delay.
@@ -389,7 +390,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         mark_f = marked_w.sum(1) / jnp.maximum(clean.sum(1), TINY)
         # packets per clean ACK: a packet that fills the window or empties the backlog asks
         # for an ACK at once (uec.cpp, the AR flag), so a window-limited flow or one sending
-        # its last bytes is ACKed packet by packet, one held back by its NIC every 16 KiB
+        # its last bytes is ACKed packet by packet (an upper bound: htsim ACKs 0.36-0.79 of
+        # its unmarked packets), one held back by its NIC every 16 KiB
         # -- and the share of its packets it sends twice when its timer fires first
         dup = jnp.where(held & SPURIOUS_TIMEOUTS, spurious_share(uncapped, rtt, mark_f, p),
                         0.0)
