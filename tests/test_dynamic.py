@@ -374,8 +374,10 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
     dt = p["dt"]
     key = jax.random.key(p_seed)
     tail_key = jax.random.fold_in(key, dyn.TAIL_STREAM)
+    dup_key = jax.random.fold_in(key, dyn.DUP_STREAM)
     tail_trims = 0.0
     owed = np.zeros(num_flows)
+    dup_owed = np.zeros(num_flows)
     for step in range(steps):
         now = step * dt
         seen = hist[(step + 1) % (lag + 1)]
@@ -418,7 +420,8 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         mark = (clean * sm).sum(1) / np.maximum(clean.sum(1), 1e-30)
         dup = np.array([spurious_reference(unc[f], rtt[f], mark[f], p) if nic_bound[f] else 0.0
                         for f in range(num_flows)])
-        rate = np.minimum(unc, (R + owed) / (dt * np.maximum(thr, dyn.MIN_THROUGH) * (1 - dup)))
+        rate = np.minimum(unc, (R + owed + dup_owed) / (
+            dt * np.maximum(thr, dyn.MIN_THROUGH) * (1 - dup)))
         per_ack = np.where(nic_bound & (rate >= unc), p["ack_packets"], 1.0)
         dup = np.where(per_ack > 1, dup, 0.0)
         # a link passes on its last step's ratio, at most its capacity of what it is offered
@@ -488,7 +491,14 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         owed = owed - taken
         ok = ok - taken
         lost = lost + event
-        twice = ok * dup
+        # the timer's duplicates: whole packets at random, the mean `dup` of what arrived
+        expect_dup = ok * dup / p["pkt"]
+        some_dup = -np.expm1(-expect_dup)
+        draw = np.asarray(jax.random.uniform(jax.random.fold_in(dup_key, step), (num_flows,)))
+        dup_owed = dup_owed + np.where(draw < some_dup,
+                                       p["pkt"] * expect_dup / np.maximum(some_dup, 1e-30), 0.0)
+        twice = np.minimum(dup_owed, ok)
+        dup_owed = dup_owed - twice
         ok = ok - twice
         done = sending & (ok >= R - dyn.LAST_BYTE)
         for f in np.flatnonzero(done):
@@ -831,3 +841,41 @@ def test_the_bitmap_walk_reweights_an_ev_only_when_it_comes_back_to_it():
     assert np.asarray(out.max_fill)[0] > 0.2       # the short flow's slow EV marks (> Kmin)
     assert link_bytes[1] == pytest.approx(0.5 * sent[0], rel=1e-4)
     assert link_bytes[3] > 0.6 * sent[1]
+
+
+def test_the_timers_duplicates_are_whole_packets_at_random():
+    """A NIC shared by 100 flows sends each a packet every 33 us, so their timers fire before
+    the receiver's batched ACKs come back (`spurious_share`). Each expiry resends a whole
+    packet, drawn at random: the flows' counts spread as a Poisson count's would, and a flow
+    that sends more twice ends later, where an even share of duplicates ends them together."""
+    f32 = np.float32
+    flows, num_links, pkt = 100, 2, 4160.0
+    links = np.zeros((flows, 1, 2), np.int32)
+    links[:, 0, 1] = num_links                                    # one link, then the sentinel
+    size = np.full(flows, 16 * 4096.0)
+    capacity = np.array([50e9, 50e9, np.inf])
+    buffer = np.r_[capacity[:-1] * 10e-6, np.inf]
+    p = dict(dt=1e-6, pkt=pkt, mtu=pkt, target=7.5e-6, network_rtt=10e-6,
+             alpha=4 * 4096 / 7.5e-6, fi=5 * 4096.0, eta=0.15 * 4096, fi_scale=0.25, gamma=0.8,
+             delay_alpha=0.0125, ack_packets=4.0, rto=100.9e-6)
+    params = dyn.DynamicParams(**{k: f32(v) for k, v in p.items()}, max_steps=np.int32(900),
+                               stride=np.int32(1), seed=np.int32(3))
+    out = dyn.simulate_dynamic(
+        links, np.ones((flows, 1), f32), np.ones((flows, 1), bool), size.astype(f32),
+        np.zeros(flows, f32), np.zeros(flows, np.int32), np.array([12.5e9], f32), 1,
+        np.full(flows, 10e-6, f32), np.full(flows, 1.5 * 10e-6 * 12.5e9, f32),
+        capacity.astype(f32), buffer.astype(f32), np.r_[0.2 * buffer[:-1], 1e30].astype(f32),
+        np.r_[0.8 * buffer[:-1], 2e30].astype(f32), np.r_[np.ones(num_links), 0.0].astype(f32),
+        *flow_link_pairs(links, num_links), params, ev_rule="fixed", lag=1, ack_lag=10)
+    assert int(out.status) == 0
+    np.testing.assert_allclose(np.asarray(out.delivered), size, rtol=1e-5)   # nothing lost
+    twice = np.asarray(out.duplicated) / pkt
+    finish = np.asarray(out.finish)
+    # at most the share the timer takes at the NIC's even share (the flows left speed up)
+    expected = float(dyn.spurious_share(jnp.full(1, 12.5e9 / flows, jnp.float32),
+                                        jnp.full(1, 10e-6, jnp.float32),
+                                        jnp.zeros(1, jnp.float32), params)[0])
+    assert 0.5 * 16 * expected / (1 - expected) < twice.mean() <= 16 * expected / (1 - expected)
+    assert 0.6 * np.sqrt(twice.mean()) < twice.std() < 1.5 * np.sqrt(twice.mean())
+    assert np.corrcoef(finish, twice)[0, 1] > 0.8
+    assert finish.max() - finish.min() > 2 * flows * pkt / 12.5e9     # more than two turns

@@ -17,7 +17,10 @@ One step:
    flow its window stops waits an RTT and then for its turn), never more than R;
    a flow its NIC holds back sends some packets twice where its retransmission timer fires
    before the receiver's batched ACK comes back (`spurious_share`: packets further apart than
-   about (rto - RTT) / 3, as in an all-to-all over ~90 peers or more); each slot carries
+   about (rto - RTT) / 3, as in an all-to-all over ~90 peers or more), as whole packets at
+   random (a timer's expiry resends one packet: drawn as the tail's trims are, below, and
+   taken from the flow's next bytes, so a flow's resends vary as htsim's do and its NIC's
+   round robin ends its flows apart, not together); each slot carries
    r s; a hop receives what the hops before it forwarded in the last step (their
    departures: a queue's output is its capacity, shared by what arrived), but a link never
    passes on more than its capacity of what the slots offer it now (the ratio of the last
@@ -101,6 +104,7 @@ RECORDS = 256           # time-series points (the host sets the stride)
 FAST_DELAY_S = 1e-6     # htsim's fast increase: delay under 1 us for a whole window
 TINY = 1e-30
 TAIL_STREAM = 1 << 30   # the tail trims' draws: the run's key folded with this, then the step
+DUP_STREAM = TAIL_STREAM + 1  # the twice-sent packets' draws, likewise
 MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
 LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
 NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
@@ -178,6 +182,7 @@ class _State(NamedTuple):
     qa_clock: jax.Array
     qa_trigger: jax.Array
     owed: jax.Array         # bytes of packets the queue tail trimmed, still to be taken
+    dup_owed: jax.Array     # bytes of packets the timer sends twice, still to be taken
     echoes: jax.Array       # [ack_lag + 1, 2, F] bytes delivered, trimmed; newest at
                             # `step % (ack_lag + 1)`
     share: jax.Array
@@ -345,6 +350,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     dt = p.dt
     key = jax.random.key(p.seed)
     tail_key = jax.random.fold_in(key, TAIL_STREAM)
+    dup_key = jax.random.fold_in(key, DUP_STREAM)
     cap_dt = capacity * dt
     live_f = live.astype(jnp.float32)
     n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
@@ -360,7 +366,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         avg_delay=jnp.zeros(num_flows), fi_count=jnp.zeros(num_flows),
         since_dec=jnp.full(num_flows, jnp.inf), marks=jnp.zeros(num_flows),
         achieved=jnp.zeros(num_flows), qa_clock=jnp.full(num_flows, jnp.inf),
-        qa_trigger=jnp.zeros(num_flows, bool), owed=jnp.zeros(num_flows),
+        qa_trigger=jnp.zeros(num_flows, bool), owed=jnp.zeros(num_flows), dup_owed=jnp.zeros(num_flows),
         echoes=jnp.zeros((ack_lag + 1, 2, num_flows)), share=share,
         queue=jnp.zeros(num_links), forward=jnp.ones(num_links),
         history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
@@ -395,7 +401,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # -- and the share of its packets it sends twice when its timer fires first
         dup = jnp.where(held & SPURIOUS_TIMEOUTS, spurious_share(uncapped, rtt, mark_f, p),
                         0.0)
-        rate = jnp.minimum(uncapped, (s.remaining + s.owed) / (
+        rate = jnp.minimum(uncapped, (s.remaining + s.owed + s.dup_owed) / (
             dt * jnp.maximum(through_seen, MIN_THROUGH) * (1.0 - dup)))
         per_ack = jnp.where(held & (rate >= uncapped), p.ack_packets, 1.0)
         dup = jnp.where(per_ack > 1.0, dup, 0.0)
@@ -460,8 +466,17 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         taken = jnp.minimum(owed, arrived)
         owed = owed - taken
         arrived = arrived - taken
-        ok_bytes = arrived * (1.0 - dup)          # the duplicates arrive too, for nothing
-        dup_bytes = arrived * dup
+        # the timer resends whole packets, drawn as the tail's trims are (the mean is the
+        # share `dup` of what arrived), and they go before the flow's next new bytes: the
+        # duplicates arrive too, for nothing
+        expect_dup = arrived * dup / p.pkt
+        some_dup = -jnp.expm1(-expect_dup)
+        hit_dup = jax.random.uniform(jax.random.fold_in(dup_key, s.step), (num_flows,)) < some_dup
+        dup_owed = s.dup_owed + jnp.where(hit_dup, p.pkt * expect_dup / jnp.maximum(some_dup, TINY),
+                                          0.0)
+        dup_bytes = jnp.minimum(dup_owed, arrived)
+        dup_owed = dup_owed - dup_bytes
+        ok_bytes = arrived - dup_bytes
         lost_bytes = (sent * (1.0 - through)).sum(1) + tail_bytes
         # a byte's tolerance: trimmed remainders would otherwise shrink geometrically
         done_now = sending & (ok_bytes >= s.remaining - LAST_BYTE)
@@ -577,7 +592,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             step=s.step + 1, remaining=remaining, window=window, avg_delay=avg,
             fi_count=fi_count,
             since_dec=since_dec, marks=marks, achieved=achieved, qa_clock=qa_clock,
-            qa_trigger=trigger, owed=owed, echoes=echoes, share=share, queue=queue,
+            qa_trigger=trigger, owed=owed, dup_owed=dup_owed, echoes=echoes, share=share, queue=queue,
             forward=forward, history=history,
             finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
             duplicated=s.duplicated + dup_bytes, link_bytes=link_bytes,
