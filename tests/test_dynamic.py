@@ -326,6 +326,14 @@ def test_the_nics_round_robin_matches_a_packet_by_packet_one(seed):
         np.asarray(got)[np.asarray(held)].max(), rel=1e-6)
 
 
+def whole_packets_reference(key, expected, pkt):
+    """`dyn.whole_packets` in numpy on the same uniform draws: x / (1 - exp(-x)) packets with
+    probability 1 - exp(-x)."""
+    draw = np.asarray(jax.random.uniform(key, expected.shape))
+    some = -np.expm1(-expected)
+    return np.where(draw < some, pkt * expected / np.maximum(some, 1e-30), 0.0)
+
+
 def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
               buffer, kmin, kmax, multiplexed, p, *, ev_rule, lag, ack_lag, steps,
               p_seed=11):
@@ -482,9 +490,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                 expect[f] += rate[f] * s[f, k] * dt * th * hit_k / p["pkt"]
         # a whole NACK at a time: x / (1 - exp(-x)) packets with probability 1 - exp(-x),
         # taken from this step's bytes and, past them, from the next steps'
-        draw = np.asarray(jax.random.uniform(jax.random.fold_in(tail_key, step), (num_flows,)))
-        some = -np.expm1(-expect)
-        event = np.where(draw < some, p["pkt"] * expect / np.maximum(some, 1e-30), 0.0)
+        event = whole_packets_reference(jax.random.fold_in(tail_key, step), expect, p["pkt"])
         tail_trims += event.sum()
         owed = owed + event
         taken = np.minimum(owed, ok)
@@ -492,11 +498,8 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         ok = ok - taken
         lost = lost + event
         # the timer's duplicates: whole packets at random, the mean `dup` of what arrived
-        expect_dup = ok * dup / p["pkt"]
-        some_dup = -np.expm1(-expect_dup)
-        draw = np.asarray(jax.random.uniform(jax.random.fold_in(dup_key, step), (num_flows,)))
-        dup_owed = dup_owed + np.where(draw < some_dup,
-                                       p["pkt"] * expect_dup / np.maximum(some_dup, 1e-30), 0.0)
+        dup_owed = dup_owed + whole_packets_reference(jax.random.fold_in(dup_key, step),
+                                                      ok * dup / p["pkt"], p["pkt"])
         twice = np.minimum(dup_owed, ok)
         dup_owed = dup_owed - twice
         ok = ok - twice

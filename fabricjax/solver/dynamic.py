@@ -221,6 +221,15 @@ def packet_tail(rho, buffer, pkt, variability, possible):
                      0.0) if PACKET_TRIMS else jnp.zeros_like(rho)
 
 
+def whole_packets(key, expected, pkt):
+    """float[F]: bytes in whole packets drawn at random for `expected` packets per flow in a
+    step: at least one with a Poisson count's chance 1 - exp(-x), then x / (1 - exp(-x)) of
+    them, so the mean is x (the tail's trims and the timer's duplicates)."""
+    some = -jnp.expm1(-expected)
+    hit = jax.random.uniform(key, expected.shape) < some
+    return jnp.where(hit, pkt * expected / jnp.maximum(some, TINY), 0.0)
+
+
 def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
     """(float[F] bytes/s, bool[F]): what each flow gets of its GPU's NIC (`nic` [N] bytes/s)
     and whether the round robin, not the window, holds it there.
@@ -456,13 +465,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         through = jnp.prod(passed[links], axis=-1)                       # [F, K]
         sent = slot_rate * dt
         arrived = (sent * through).sum(1)
-        # the tail trims whole packets, a NACK at a time: x expected this step, at least one
-        # with a Poisson count's chance 1 - exp(-x), then x / (1 - exp(-x)) (the mean is x);
-        # a flow slower than a packet a step owes the rest of it to the steps that follow
+        # the tail trims whole packets, a NACK at a time; a flow slower than a packet a step
+        # owes the rest of it to the steps that follow
         expect = (sent * through * (1.0 - jnp.prod(1.0 - tail[links], axis=-1))).sum(1) / p.pkt
-        some = -jnp.expm1(-expect)
-        hit_tail = jax.random.uniform(jax.random.fold_in(tail_key, s.step), (num_flows,)) < some
-        tail_bytes = jnp.where(hit_tail, p.pkt * expect / jnp.maximum(some, TINY), 0.0)
+        tail_bytes = whole_packets(jax.random.fold_in(tail_key, s.step), expect, p.pkt)
         owed = s.owed + tail_bytes
         taken = jnp.minimum(owed, arrived)
         owed = owed - taken
@@ -470,11 +476,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # the timer resends whole packets, drawn as the tail's trims are (the mean is the
         # share `dup` of what arrived), and they go before the flow's next new bytes: the
         # duplicates arrive too, for nothing
-        expect_dup = arrived * dup / p.pkt
-        some_dup = -jnp.expm1(-expect_dup)
-        hit_dup = jax.random.uniform(jax.random.fold_in(dup_key, s.step), (num_flows,)) < some_dup
-        dup_owed = s.dup_owed + jnp.where(hit_dup, p.pkt * expect_dup / jnp.maximum(some_dup, TINY),
-                                          0.0)
+        dup_owed = s.dup_owed + whole_packets(jax.random.fold_in(dup_key, s.step),
+                                              arrived * dup / p.pkt, p.pkt)
         dup_bytes = jnp.minimum(dup_owed, arrived)
         dup_owed = dup_owed - dup_bytes
         ok_bytes = arrived - dup_bytes
