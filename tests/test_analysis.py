@@ -11,6 +11,8 @@ from fabricjax.fabric.clos import build_fabric, fabric_summary
 from fabricjax.config import FabricConfig
 from fabricjax.scenario import load_scenario, parse_scenario, with_overrides
 
+from conftest import assert_close
+
 
 def test_full_scale_fabric_counts_match_closed_form():
     """131,072 GPUs, 8 planes of 512-port 100G switches: 256 down / 256 up per T0."""
@@ -47,10 +49,11 @@ def test_oversubscribed_fabric_cuts_bisection_to_a_third():
 
 @pytest.fixture(scope="module")
 def quickstart_report():
-    """The quickstart under the fluid model (transport off): the identities below are its."""
+    """The quickstart under the fluid model (transport off): the identities below are its.
+    One run of three policies, mrc's trace kept, serves every quickstart check here."""
     scenario = with_overrides(load_scenario("scenarios/quickstart.yaml"),
-                              policies=["ecmp", "spray"], transport={"enabled": False})
-    return analyze(scenario)
+                              policies=["ecmp", "spray", "mrc"], transport={"enabled": False})
+    return analyze(scenario, trace=True)
 
 
 def test_quickstart_ecmp_tail_above_spraying(quickstart_report):
@@ -60,6 +63,21 @@ def test_quickstart_ecmp_tail_above_spraying(quickstart_report):
                        for p in ("ecmp", "spray"))
         assert ecmp.p100_utilisation > spray.p100_utilisation >= 1.0
         assert ecmp.completion_s > spray.completion_s
+
+
+def test_quickstart_mrc_converges_below_spray(quickstart_report):
+    scenario = load_scenario("scenarios/quickstart.yaml")
+    records = quickstart_report.records
+    mrc = [r for r in records if r.policy == "mrc"]
+    spray = [r for r in records if r.policy == "spray"]
+    assert [r.workload for r in mrc] == [r.workload for r in spray] and mrc
+    for m, s in zip(mrc, spray):
+        assert m.convergence.startswith("converged"), (m.workload, m.convergence)
+        assert 1.0 <= m.p100_utilisation <= s.p100_utilisation, (m.workload, m.p100_utilisation,
+                                                                 s.p100_utilisation)
+        assert m.iterations is not None and 0 < m.iterations <= scenario.mrc.max_iters
+        assert m.stalled_flows == 0
+        assert_close(m.trace[0], s.p100_utilisation)  # spraying's draw is mrc's start
 
 
 def test_slowdown_is_the_p100_when_every_flow_offers_line_rate(quickstart_report):
