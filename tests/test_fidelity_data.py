@@ -3,7 +3,8 @@ are what make_matrices.py writes, a multi-plane case's per-plane matrix carries 
 connection, and every case of compare.py has htsim's per-flow FCTs for every policy and seed,
 one per connection of its matrix, none faster than the bytes allow at line rate. And
 transport_stats.py reads the counters that htsim_transport_stats.patch adds to htsim's log,
-which run_htsim.sh's STATS switches on."""
+which run_htsim.sh's STATS switches on, and ev_paths.py puts a flow's EVs on the paths that the
+route-dump patch's EV_ROUTES lines name."""
 
 from __future__ import annotations
 
@@ -176,6 +177,7 @@ def test_transport_stats_reads_a_log_flow_by_flow(transport_stats, tmp_path):
     got = transport_stats.read_log(path)
     # flows in name order: Uec_0_2, then Uec_3_1
     np.testing.assert_array_equal(got.fct_us, [100.0, 120.5])
+    np.testing.assert_array_equal(got.ids, [1, 2])          # htsim's flowIds, in that order
     np.testing.assert_array_equal(got.counters, [[256, 1, 1, 0], [256, 4, 0, 4]])
     assert got.tiers == {"LS->US": (1000, 40, (30, 10)), "US->LS": (980, 0, (0, 0))}
     assert got.reps["recycled"] == 130 and got.reps["freezes"] == 1
@@ -237,3 +239,40 @@ def test_stats_switches_on_every_counter_of_the_patch():
     assert read == {"HTSIM_TRIM_STATS", "HTSIM_FLOW_STATS", "HTSIM_REPS_STATS"}
     assert read <= exported
     assert "htsim_transport_stats.patch" in (FIDELITY / "build_htsim.sh").read_text()
+
+
+def test_ev_paths_puts_each_ev_on_the_path_htsim_named(tmp_path):
+    """An evroute line moves that flow's EV (htsim's entropy modulo the 128 paths) to the
+    candidate through the spine it names; every other slot keeps fabricjax's draw."""
+    compare, ev_paths = _module("compare"), _module("ev_paths")
+    case, seed = "ls1024_perm1MB", 1
+    scenario, fabric, flows, stream = compare.case_phase(case, seed, tmp_path)
+    base = ev_paths.initial_slots(ev_paths.get_policy("spray"), scenario, fabric, flows,
+                                  stream)
+    ids = compare.matrix_ids(case, seed)
+    hops = compare.candidate_hops(fabric, flows)
+    # two flows, each with one EV sent to a spine that fabricjax's draw did not give it
+    lines, want = [], {}
+    for f, entropy in ((0, 0x2345), (5, 0x0081)):
+        ev = entropy & 127
+        now = int(base.choice[f, ev])
+        k = next(k for k in range(len(hops[f])) if k != now and hops[f][k] != hops[f][now])
+        (up,) = [(a, b) for a, b in hops[f][k] if a.startswith("leaf") and b.startswith("spine")]
+        lines.append(f"evroute {ids[f]} {entropy} compqueue(100000Mb/s,120640bytes)"
+                     f"LS{up[0][4:]}->US{up[1][5:]}(0)")
+        want[f, ev] = k
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(["route 1 ignored", *lines]) + "\n")
+    slots, moved = ev_paths.htsim_ev_slots(case, seed, fabric, flows, base, log)
+    assert moved == 2
+    changed = np.argwhere(slots.choice != base.choice)
+    assert {tuple(map(int, rc)) for rc in changed} == set(want)
+    for (f, ev), k in want.items():
+        assert slots.choice[f, ev] == k
+    # the lines come from the route-dump patch, which run_htsim.sh's EV_ROUTES switches on
+    assert 'getenv("HTSIM_EV_ROUTES")' in (FIDELITY / "htsim_route_dump.patch").read_text()
+    assert "export HTSIM_EV_ROUTES=1" in (FIDELITY / "run_htsim.sh").read_text()
+    # a hop that no candidate of the flow has is refused by name
+    log.write_text(f"evroute {ids[0]} 3 compqueue(x)LS9999->US1(0)\n")
+    with pytest.raises(SystemExit, match="none of fabricjax's"):
+        ev_paths.htsim_ev_slots(case, seed, fabric, flows, base, log)

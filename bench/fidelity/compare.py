@@ -196,6 +196,31 @@ def switch_name(topo: str, htsim_name: str) -> str:
     return {"LS": "tor", "US": "agg"}[kind] + str(n)
 
 
+def matrix_ids(case: str, seed: int) -> list[int]:
+    """htsim's connection ids of the case's matrix, in fabricjax's flow order."""
+    return [int(line.split()[2]) for line in matrix_path(case, seed).read_text().splitlines()
+            if "->" in line]
+
+
+def candidate_hops(fabric, flows) -> list[list[set]]:
+    """Per flow, per equal-cost candidate path: its hops as (node, node) name pairs."""
+    cand, _ = fabric.candidate_paths(flows.src, flows.dst, "equal-cost")
+    node = np.asarray(fabric.node_names + [""])
+    sentinel = fabric.num_links
+    link_src = np.r_[fabric.link_src, len(node) - 1]
+    link_dst = np.r_[fabric.link_dst, len(node) - 1]
+    return [[{(node[link_src[i]], node[link_dst[i]]) for i in cand[f, k] if i != sentinel}
+             for k in range(cand.shape[1])] for f in range(flows.num_flows)]
+
+
+def candidate_of(hops: list[set], chosen: set, where: str) -> int:
+    """The first candidate whose hops hold every hop htsim chose (`where` names the flow)."""
+    for k, path in enumerate(hops):
+        if chosen <= path:
+            return k
+    raise SystemExit(f"{where}: htsim's path {sorted(chosen)} is none of fabricjax's")
+
+
 def htsim_slots(case: str, seed: int, fabric, flows, slots: Slots) -> Slots | None:
     """ECMP's slots on the paths htsim's switches hashed each connection to (`routes/`, the
     route dump of `run_htsim.sh`), or None where the case has none committed. A flow's path is
@@ -210,22 +235,11 @@ def htsim_slots(case: str, seed: int, fabric, flows, slots: Slots) -> Slots | No
         for row in csv.DictReader(fh):
             hop = tuple(switch_name(topo, n) for n in (row["from"], row["to"]))
             chosen.setdefault(int(row["id"]), set()).add(hop)
-    ids = [int(line.split()[2]) for line in matrix_path(case, seed).read_text().splitlines()
-           if "->" in line]
-    cand, _ = fabric.candidate_paths(flows.src, flows.dst, "equal-cost")
-    node = np.asarray(fabric.node_names + [""])
-    sentinel = fabric.num_links
-    link_src = np.r_[fabric.link_src, len(node) - 1]
-    link_dst = np.r_[fabric.link_dst, len(node) - 1]
+    hops = candidate_hops(fabric, flows)
     choice = np.array(slots.choice, copy=True)
-    for f, flow_id in enumerate(ids):
-        want = chosen.get(flow_id, set())
-        match = [k for k in range(cand.shape[1]) if want <= {
-            (node[link_src[i]], node[link_dst[i]]) for i in cand[f, k] if i != sentinel}]
-        if not match:
-            raise SystemExit(f"{case} seed {seed}: flow {flow_id}'s htsim path {sorted(want)} "
-                             "is none of fabricjax's")
-        choice[f, :] = match[0]
+    for f, flow_id in enumerate(matrix_ids(case, seed)):
+        choice[f, :] = candidate_of(hops[f], chosen.get(flow_id, set()),
+                                    f"{case} seed {seed}: flow {flow_id}")
     return Slots(slots.plane, choice, slots.state)
 
 

@@ -20,6 +20,9 @@
 #             timeouts, NACKs and ACKs, and REPS's EV sources (htsim_transport_stats.patch; no event
 #             changes). The CSVs go to LOGS beside the logs, not to results/;
 #             transport_stats.py reads the logs.
+#   EV_ROUTES set (with STATS): every sprayed packet's switch choices, once per flow, EV
+#             and switch, go into the log as "evroute <flowId> <EV> <egress queue>" (the
+#             route-dump patch; no event changes); ev_paths.py reads them.
 #
 # Policies (htsim's source-side load balancing; every switch hashes the packet's entropy):
 #   ecmp       -load_balancing_algo oblivious -paths 1    one entropy per connection
@@ -157,6 +160,7 @@ run_one() {     # name matrix seed policy planes -> one htsim run; sets $log, $s
     timing=$( { time { (cd "$scratch" && if [ "$policy" = ecmp ]; then export HTSIM_ROUTES=1; fi
                               if [ -n "${STATS:-}" ]; then
                                   export HTSIM_TRIM_STATS=1 HTSIM_FLOW_STATS=1 HTSIM_REPS_STATS=1
+                                  if [ -n "${EV_ROUTES:-}" ]; then export HTSIM_EV_ROUTES=1; fi
                               fi
                               nice -n 19 "${cmd[@]}") > "$log" 2>&1; }
                 echo "$?" >&2; } 2>&1 )

@@ -46,7 +46,7 @@ import compare  # noqa: E402
 from fabricjax.engine.timing import packet_bytes  # noqa: E402
 
 BIN_US = 50                   # htsim_transport_stats.patch counts trims per 50 us
-FINISHED = re.compile(r"Flow (Uec_\d+_\d+) flowId \d+ .*finished at (\S+)")
+FINISHED = re.compile(r"Flow (Uec_\d+_\d+) flowId (\d+) .*finished at (\S+)")
 FLOW = re.compile(r"flowstats (\S+) new (\d+) resent (\d+) timeouts (\d+) nacks (\d+)"
                   r"(?: ar (\d+) ecnacks (\d+) goodacks (\d+))?")
 TIER = re.compile(r"trims (\S+) arrivals (\d+) trimmed (\d+) per_50us(.*)")
@@ -58,22 +58,24 @@ class HtsimStats(NamedTuple):
     timeouts, NACKs), both in flow-name order; tiers: {tier: (arrivals, trimmed, trims per
     BIN_US of simulated time)}; reps: {counter: total} of a REPS run, else empty; acks:
     int[F, 3] (packets sent with the AR flag, marked ACKs, clean ACKs), or None where the log
-    predates those counters."""
+    predates those counters; ids: int[F], htsim's flowId of each row."""
 
     fct_us: np.ndarray
     counters: np.ndarray
     tiers: dict[str, tuple[int, int, tuple[int, ...]]]
     reps: dict[str, int]
     acks: np.ndarray | None
+    ids: np.ndarray
 
 
 def read_log(path: Path) -> HtsimStats:
     """The counters of one htsim log written with STATS set (stdout and stderr together)."""
-    finished, counters, acks, tiers, reps = {}, {}, {}, {}, {}
+    finished, ids, counters, acks, tiers, reps = {}, {}, {}, {}, {}, {}
     with open(path, errors="replace") as log:
         for line in log:
             if m := FINISHED.match(line):
-                finished[m[1]] = float(m[2])
+                finished[m[1]] = float(m[3])
+                ids[m[1]] = int(m[2])
             elif m := FLOW.match(line):
                 counters[m[1]] = [int(m[i]) for i in range(2, 6)]
                 if m[6] is not None:
@@ -90,7 +92,7 @@ def read_log(path: Path) -> HtsimStats:
     return HtsimStats(np.array([finished[n] for n in names]),
                       np.array([counters[n] for n in names]), tiers, reps,
                       np.array([acks[n] for n in names]) if all(n in acks for n in names)
-                      else None)
+                      else None, np.array([ids[n] for n in names]))
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> str:
