@@ -217,6 +217,29 @@ def test_transport_stats_reads_the_ack_counters_where_the_log_has_them(transport
                for line in out), out
 
 
+def test_transport_stats_counts_quick_adapts_where_the_log_has_them(transport_stats,
+                                                                    tmp_path):
+    path = tmp_path / "old_spray_s1.log"
+    path.write_text(TRANSPORT_LOG)                  # no qa field: no QA line
+    got = transport_stats.read_log(path)
+    assert got.quick_adapts is None
+    assert not any("quick adapt" in line for line in transport_stats.htsim_lines("c", "r", got))
+    # ten flows, quick adapt on two of them (3 times on the slowest, once on another)
+    lines = []
+    for i in range(10):
+        qa = {9: 3, 4: 1}.get(i, 0)
+        lines += [f"Flow Uec_{i}_0 flowId {i} uecSrc {i} finished at {100 + 5.5 * i} total",
+                  f"flowstats Uec_{i}_0 new 100 resent 0 timeouts 0 nacks 0 ar 10 "
+                  f"ecnacks 0 goodacks 64 qa {qa}"]
+    path = tmp_path / "new_spray_s1.log"
+    path.write_text("\n".join(lines) + "\n")
+    got = transport_stats.read_log(path)
+    np.testing.assert_array_equal(got.quick_adapts, [0, 0, 0, 0, 1, 0, 0, 0, 0, 3])
+    out = transport_stats.htsim_lines("c", "r", got)
+    assert any("quick adapt fired on 20% of the flows, 0.40 times a flow (slowest tenth: "
+               "100%, 3.00)" in line for line in out), out
+
+
 def test_transport_stats_refuses_a_log_without_its_counters(transport_stats, tmp_path):
     path = tmp_path / "plain.log"
     path.write_text("\n".join(line for line in TRANSPORT_LOG.splitlines()

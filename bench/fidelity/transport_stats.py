@@ -19,6 +19,9 @@ this prints:
   that asked for an ACK at once (the AR flag: a packet that fills the window or ends the
   backlog), over all flows and over the slowest tenth; the receiver otherwise ACKs every
   16 KiB and every marked packet, so this says how often a flow's window hears back;
+- how often quick adapt fired (the window set to what came back in an interval), on how many
+  of the flows and how often a flow, over all flows and over the slowest tenth (logs written
+  before that counter have no such line);
 - for REPS: the share of packets sent on a recycled EV, on a random one and while frozen (a
   timeout freezes the buffer), and how many timeouts froze one.
 
@@ -48,7 +51,7 @@ from fabricjax.engine.timing import packet_bytes  # noqa: E402
 BIN_US = 50                   # htsim_transport_stats.patch counts trims per 50 us
 FINISHED = re.compile(r"Flow (Uec_\d+_\d+) flowId (\d+) .*finished at (\S+)")
 FLOW = re.compile(r"flowstats (\S+) new (\d+) resent (\d+) timeouts (\d+) nacks (\d+)"
-                  r"(?: ar (\d+) ecnacks (\d+) goodacks (\d+))?")
+                  r"(?: ar (\d+) ecnacks (\d+) goodacks (\d+))?(?: qa (\d+))?")
 TIER = re.compile(r"trims (\S+) arrivals (\d+) trimmed (\d+) per_50us(.*)")
 REPS = re.compile(r"reps ((?:\w+ \d+ ?)+)")
 
@@ -58,7 +61,8 @@ class HtsimStats(NamedTuple):
     timeouts, NACKs), both in flow-name order; tiers: {tier: (arrivals, trimmed, trims per
     BIN_US of simulated time)}; reps: {counter: total} of a REPS run, else empty; acks:
     int[F, 3] (packets sent with the AR flag, marked ACKs, clean ACKs), or None where the log
-    predates those counters; ids: int[F], htsim's flowId of each row."""
+    predates those counters; ids: int[F], htsim's flowId of each row; quick_adapts: int[F],
+    the times quick adapt cut each flow's window, or None where the log predates it."""
 
     fct_us: np.ndarray
     counters: np.ndarray
@@ -66,11 +70,12 @@ class HtsimStats(NamedTuple):
     reps: dict[str, int]
     acks: np.ndarray | None
     ids: np.ndarray
+    quick_adapts: np.ndarray | None
 
 
 def read_log(path: Path) -> HtsimStats:
     """The counters of one htsim log written with STATS set (stdout and stderr together)."""
-    finished, ids, counters, acks, tiers, reps = {}, {}, {}, {}, {}, {}
+    finished, ids, counters, acks, adapts, tiers, reps = {}, {}, {}, {}, {}, {}, {}
     with open(path, errors="replace") as log:
         for line in log:
             if m := FINISHED.match(line):
@@ -80,6 +85,8 @@ def read_log(path: Path) -> HtsimStats:
                 counters[m[1]] = [int(m[i]) for i in range(2, 6)]
                 if m[6] is not None:
                     acks[m[1]] = [int(m[i]) for i in range(6, 9)]
+                if m[9] is not None:
+                    adapts[m[1]] = int(m[9])
             elif m := TIER.match(line):
                 bins = [int(pair.split("/")[0]) for pair in m[4].split()]
                 tiers[m[1]] = (int(m[2]), int(m[3]), tuple(bins))
@@ -92,7 +99,9 @@ def read_log(path: Path) -> HtsimStats:
     return HtsimStats(np.array([finished[n] for n in names]),
                       np.array([counters[n] for n in names]), tiers, reps,
                       np.array([acks[n] for n in names]) if all(n in acks for n in names)
-                      else None, np.array([ids[n] for n in names]))
+                      else None, np.array([ids[n] for n in names]),
+                      np.array([adapts[n] for n in names]) if all(n in adapts for n in names)
+                      else None)
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> str:
@@ -132,6 +141,12 @@ def htsim_lines(case: str, run: str, stats: HtsimStats) -> list[str]:
             ar, marked, clean = stats.acks[flows].sum(0) / max(sent[flows].sum(), 1)
             lines.append(f"{'':<43}ACKs    per packet sent, {label + ':':<14} clean {clean:.3f}, "
                          f"marked {marked:.3f}; AR on {ar:5.1%} of the packets")
+    if stats.quick_adapts is not None:
+        slowest = np.argsort(stats.fct_us)[-max(len(stats.fct_us) // 10, 1):]
+        adapts = stats.quick_adapts
+        lines.append(f"{'':<43}QA      quick adapt fired on {np.mean(adapts > 0):.0%} "
+                     f"of the flows, {adapts.mean():.2f} times a flow (slowest tenth: "
+                     f"{np.mean(adapts[slowest] > 0):.0%}, {adapts[slowest].mean():.2f})")
     if stats.reps.get("packets"):
         total = stats.reps["packets"]
         lines.append(f"{'':<43}REPS    recycled {stats.reps['recycled'] / total:5.1%}, "
