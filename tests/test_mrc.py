@@ -577,9 +577,7 @@ def test_eager_matches_jit():
     assert_close(eager.excess_trace, jitted.excess_trace)
 
 
-# --------------------------------------------------------------------------- 6. quickstart
-
-# --------------------------------------------------------------------------- 7. dead paths
+# --------------------------------------------------------------------------- 6. dead paths
 
 def dead_uplink_case(seed: int):
     """The adaptation scenario with the T0->T1 link that the most EVs use killed."""

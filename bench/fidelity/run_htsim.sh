@@ -21,7 +21,7 @@
 #             changes). The CSVs go to LOGS beside the logs, not to results/;
 #             transport_stats.py reads the logs.
 #   EV_ROUTES set (with STATS): every sprayed packet's switch choices, once per flow, EV
-#             and switch, go into the log as "evroute <flowId> <EV> <egress queue>" (the
+#             and switch, go into the log as "evroute <flowId> <entropy> <egress queue>" (the
 #             route-dump patch; no event changes); ev_paths.py reads them.
 #
 # Policies (htsim's source-side load balancing; every switch hashes the packet's entropy):
