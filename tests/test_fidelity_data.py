@@ -190,6 +190,17 @@ def test_transport_stats_reads_a_log_flow_by_flow(transport_stats, tmp_path):
     assert any("recycled 25.0%" in line and "random 75.0%" in line for line in lines)
 
 
+def _ten_flows_log(path: Path, counters) -> Path:
+    """A log of ten flows (Uec_<i>_0 ends at 100 + 5.5 i us, so Uec_9_0 is the slowest tenth)
+    whose flowstats lines end with `counters(i)`."""
+    lines = []
+    for i in range(10):
+        lines += [f"Flow Uec_{i}_0 flowId {i} uecSrc {i} finished at {100 + 5.5 * i} total",
+                  f"flowstats Uec_{i}_0 new 100 resent 0 timeouts 0 nacks 0 {counters(i)}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def test_transport_stats_reads_the_ack_counters_where_the_log_has_them(transport_stats,
                                                                       tmp_path):
     # the older log above has no AR or ACK counters: no ACK lines
@@ -199,14 +210,9 @@ def test_transport_stats_reads_the_ack_counters_where_the_log_has_them(transport
     assert got.acks is None
     assert not any("ACKs" in line for line in transport_stats.htsim_lines("c", "r", got))
     # ten flows; the slowest (Uec_9_0, 150 us) is the slowest tenth
-    lines = []
-    for i in range(10):
-        ar, marked, clean = (50, 30, 20) if i == 9 else (10, 0, 64)
-        lines += [f"Flow Uec_{i}_0 flowId {i} uecSrc {i} finished at {100 + 5.5 * i} total",
-                  f"flowstats Uec_{i}_0 new 100 resent 0 timeouts 0 nacks 0 ar {ar} "
-                  f"ecnacks {marked} goodacks {clean}"]
-    path = tmp_path / "new_mrc_reps_s1.log"
-    path.write_text("\n".join(lines) + "\n")
+    counts = {9: (50, 30, 20)}                       # AR, marked ACKs, clean ACKs
+    path = _ten_flows_log(tmp_path / "new_mrc_reps_s1.log", lambda i: "ar {} ecnacks {} "
+                          "goodacks {}".format(*counts.get(i, (10, 0, 64))))
     got = transport_stats.read_log(path)
     np.testing.assert_array_equal(got.acks[9], [50, 30, 20])
     out = transport_stats.htsim_lines("c", "r", got)
@@ -225,14 +231,8 @@ def test_transport_stats_counts_quick_adapts_where_the_log_has_them(transport_st
     assert got.quick_adapts is None
     assert not any("quick adapt" in line for line in transport_stats.htsim_lines("c", "r", got))
     # ten flows, quick adapt on two of them (3 times on the slowest, once on another)
-    lines = []
-    for i in range(10):
-        qa = {9: 3, 4: 1}.get(i, 0)
-        lines += [f"Flow Uec_{i}_0 flowId {i} uecSrc {i} finished at {100 + 5.5 * i} total",
-                  f"flowstats Uec_{i}_0 new 100 resent 0 timeouts 0 nacks 0 ar 10 "
-                  f"ecnacks 0 goodacks 64 qa {qa}"]
-    path = tmp_path / "new_spray_s1.log"
-    path.write_text("\n".join(lines) + "\n")
+    path = _ten_flows_log(tmp_path / "new_spray_s1.log",
+                          lambda i: f"ar 10 ecnacks 0 goodacks 64 qa {({9: 3, 4: 1}.get(i, 0))}")
     got = transport_stats.read_log(path)
     np.testing.assert_array_equal(got.quick_adapts, [0, 0, 0, 0, 1, 0, 0, 0, 0, 3])
     out = transport_stats.htsim_lines("c", "r", got)
