@@ -165,7 +165,10 @@ NIC_PORT = "plane3/gpu5"
 FIG2_POLICIES = ["spray", "mrc", "optimal"]
 
 
-@pytest.mark.parametrize("policy", FIG2_POLICIES)
+# optimal's programs are the slowest to compile (8 s cold): its per-flow rates stay in the
+# quick run below, its completion with the slow tests
+@pytest.mark.parametrize("policy", [
+    pytest.param(p, marks=pytest.mark.slow) if p == "optimal" else p for p in FIG2_POLICIES])
 def test_one_dead_nic_port_costs_its_gpu_one_eighth(policy):
     """Figure 2 holds for spray, mrc and optimal. Shift-8 permutation (every flow leaves its
     T0) on a full-bisection fabric, 64 EVs spread one per spine: uncongested without failures

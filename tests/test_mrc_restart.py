@@ -77,7 +77,7 @@ QUICK_CASES = (0, 3, 4)
 @pytest.mark.parametrize("case", [
     pytest.param(case, marks=() if case in QUICK_CASES else pytest.mark.slow)
     for case in range(len(FABRICS))])
-@pytest.mark.parametrize("seed,patience", [(1, 5), (2, 2)])
+@pytest.mark.parametrize("seed,patience", [(1, 5), pytest.param(2, 2, marks=pytest.mark.slow)])
 def test_restart_gives_the_phase_program_bit_for_bit(case, seed, patience):
     """A failure set through `Mrc.restart` and through `Mrc.react` (the loop a baseline runs):
     the same slots, weights, iterations, status, residual and phase results, bytes equal."""

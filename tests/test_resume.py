@@ -288,7 +288,9 @@ def _same_outputs(kind: str, reference: Path, work: Path) -> None:
         reference / "out.json")
 
 
-@pytest.mark.parametrize("kind", ["sweep", "study"])
+# each kind is a killed process and two more, 14 s with a cold compilation cache: the quick
+# run keeps the study; `make test-slow` runs the sweep too
+@pytest.mark.parametrize("kind", [pytest.param("sweep", marks=pytest.mark.slow), "study"])
 def test_a_killed_run_resumes_to_the_same_outputs(tmp_path, kind):
     """A SIGKILL at a random moment while the run streams, then a resume to the end: the
     same outputs as an uninterrupted run, no row lost or repeated."""

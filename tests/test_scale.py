@@ -255,6 +255,7 @@ def _same_sweep(tmp_path: Path) -> None:
     assert csv_rows("two.csv") == csv_rows("one.csv")
 
 
+@pytest.mark.slow   # two more processes; the distributed run above keeps the quick path's
 def test_distributed_sweep_over_two_processes_matches_one(tmp_path):
     """`sweep --distributed` as two CPU processes: the points are dealt out (5 points, so the
     last round has one), process 0 gathers them in point order and alone prints and writes,
