@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/fabricjax analyze scenarios/quickstart.yaml
 
+# worksteal: a worker that runs out of tests takes queued ones from the other, so the
+# suite does not wait on one worker's last long tests
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses=4
+	$(BIN)/python -m pytest -q -m "not slow" -n auto --maxprocesses=4 --dist worksteal
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
