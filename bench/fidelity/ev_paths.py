@@ -62,15 +62,17 @@ def ev_hops(log: Path, topo: str, paths: int) -> dict[int, dict[int, set]]:
     return hops
 
 
-def htsim_ev_slots(case: str, seed: int, fabric, flows, slots: Slots, log: Path
-                   ) -> tuple[Slots, int]:
-    """`slots` with every EV that htsim sent on moved to htsim's path for it, and how many."""
+def htsim_ev_slots(case: str, seed: int, fabric, flows, slots: Slots, log: Path,
+                   candidates: list[list[set]] | None = None) -> tuple[Slots, int]:
+    """`slots` with every EV that htsim sent on moved to htsim's path for it, and how many.
+    `candidates`: `compare.candidate_hops(fabric, flows)`, where the caller already has it."""
     choice = np.array(slots.choice, copy=True)
     paths = choice.shape[1]
     if paths & (paths - 1):
         raise SystemExit(f"{case}: {paths} EVs a flow, not a power of 2 as htsim's are")
     hops = ev_hops(log, compare.CASES[case][0], paths)
-    candidates = compare.candidate_hops(fabric, flows)
+    if candidates is None:
+        candidates = compare.candidate_hops(fabric, flows)
     moved = 0
     for f, flow_id in enumerate(compare.matrix_ids(case, seed)):
         for ev, chosen in hops.get(flow_id, {}).items():
@@ -94,11 +96,32 @@ def line_fit(trims: np.ndarray, fct: np.ndarray) -> str:
     return f"{intercept:6.1f} + {slope:5.2f} x trims (rest sd {rest.std():5.1f})"
 
 
-def run_lines(case: str, run: str, seed: int, log: Path, workdir: Path) -> list[str]:
+class CasePhase:
+    """A case's phase, built once for all its runs: the scenario, fabric, flows and stream,
+    htsim's flow ids, the equal-cost candidates' hops, and the dynamic level's outcome on
+    fabricjax's own EVs per policy (mrc's serves both the REPS and the bitmap run)."""
+
+    def __init__(self, case: str, seed: int, workdir: Path):
+        self.case, self.seed = case, seed
+        self.scenario, self.fabric, self.flows, self.stream = compare.case_phase(case, seed,
+                                                                                 workdir)
+        self.ids = compare.matrix_ids(case, seed)
+        self.candidates = compare.candidate_hops(self.fabric, self.flows)
+        self._own: dict = {}
+
+    def own(self, policy: str):
+        if policy not in self._own:
+            self._own[policy] = solve_dynamic_phase(policy, self.scenario, self.fabric,
+                                                    self.flows, self.stream)
+        return self._own[policy]
+
+
+def run_lines(phase: CasePhase, run: str, log: Path) -> list[str]:
     """The run's lines: htsim beside the dynamic level on both draws of the EVs."""
+    case, seed = phase.case, phase.seed
+    scenario, fabric, flows, stream, ids = (phase.scenario, phase.fabric, phase.flows,
+                                            phase.stream, phase.ids)
     stats = transport_stats.read_log(log)
-    scenario, fabric, flows, stream = compare.case_phase(case, seed, workdir)
-    ids = compare.matrix_ids(case, seed)
     row = {flow_id: i for i, flow_id in enumerate(stats.ids)}
     if sorted(row) != sorted(ids):
         raise SystemExit(f"{log}: its flows are not the matrix's of {case} seed {seed}")
@@ -107,9 +130,9 @@ def run_lines(case: str, run: str, seed: int, log: Path, workdir: Path) -> list[
     h_fct = stats.fct_us[order][sending]
     h_nacks = stats.counters[order, 3][sending].astype(np.float64)
     policy = RUNS[run]
-    own = compare.dynamic_outcomes(case, seed, workdir, policies=[policy])[2][policy][0]
+    own = phase.own(policy)
     base = initial_slots(get_policy(policy), scenario, fabric, flows, stream)
-    slots, moved = htsim_ev_slots(case, seed, fabric, flows, base, log)
+    slots, moved = htsim_ev_slots(case, seed, fabric, flows, base, log, phase.candidates)
     if not moved:
         raise SystemExit(f"{log}: no evroute lines (run_htsim.sh with STATS=1 and "
                          "EV_ROUTES=1 writes them)")
@@ -151,11 +174,13 @@ def main() -> int:
           "the dynamic level's trimmed packets")
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.case:
-            for run in RUNS:
-                log = args.logs / f"{case}_{run}_s{args.seed}.log"
-                if not log.exists():
-                    continue
-                print("\n".join(run_lines(case, run, args.seed, log, Path(tmp))))
+            logs = {run: args.logs / f"{case}_{run}_s{args.seed}.log" for run in RUNS}
+            logs = {run: log for run, log in logs.items() if log.exists()}
+            if not logs:
+                continue
+            phase = CasePhase(case, args.seed, Path(tmp))
+            for run, log in logs.items():
+                print("\n".join(run_lines(phase, run, log)))
     return 0
 
 

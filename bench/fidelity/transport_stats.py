@@ -125,6 +125,7 @@ def row(case: str, run: str, by: str, trims: np.ndarray, resent: float, timeouts
 def htsim_lines(case: str, run: str, stats: HtsimStats) -> list[str]:
     """The run's per-flow row, then its trims per tier and REPS's EV sources."""
     _, resent, timeouts, nacks = stats.counters.T
+    slowest = np.argsort(stats.fct_us)[-max(len(stats.fct_us) // 10, 1):]    # the last tenth
     lines = [row(case, run, "htsim", nacks, resent.mean(), f"{timeouts.mean():.2f}", "-",
                  stats.fct_us)]
     for tier, (arrivals, trimmed, bins) in sorted(stats.tiers.items()):
@@ -136,13 +137,11 @@ def htsim_lines(case: str, run: str, stats: HtsimStats) -> list[str]:
                          f"packets, half of them by {half} us, 90% by {most} us")
     if stats.acks is not None:
         sent = stats.counters[:, 0] + stats.counters[:, 1]
-        slowest = np.argsort(stats.fct_us)[-max(len(sent) // 10, 1):]
         for label, flows in (("all flows", slice(None)), ("slowest tenth", slowest)):
             ar, marked, clean = stats.acks[flows].sum(0) / max(sent[flows].sum(), 1)
             lines.append(f"{'':<43}ACKs    per packet sent, {label + ':':<14} clean {clean:.3f}, "
                          f"marked {marked:.3f}; AR on {ar:5.1%} of the packets")
     if stats.quick_adapts is not None:
-        slowest = np.argsort(stats.fct_us)[-max(len(stats.fct_us) // 10, 1):]
         adapts = stats.quick_adapts
         lines.append(f"{'':<43}QA      quick adapt fired on {np.mean(adapts > 0):.0%} "
                      f"of the flows, {adapts.mean():.2f} times a flow (slowest tenth: "
