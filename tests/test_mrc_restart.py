@@ -116,7 +116,10 @@ _fixed_point = jax.jit(mrc_fixed_point, static_argnames=("max_iters", "fabric_ra
 _restart = jax.jit(mrc_restart, static_argnames=("max_iters", "fabric_range"))
 
 
-@pytest.mark.parametrize("seed", range(4))
+# seeds 0, 2 and 3 draw the same fabric (FABRICS[3]), seed 1 another (FABRICS[1]): the quick
+# path runs one seed of each
+@pytest.mark.parametrize("seed", [0, 1, *(pytest.param(s, marks=pytest.mark.slow)
+                                          for s in (2, 3))])
 def test_restart_matches_fixed_point_on_random_masks(seed):
     """The loops alone, on random dead links (fabric and NIC ports), capacities and options,
     and a cap of iterations small enough to be hit: every MrcResult field a failure set
