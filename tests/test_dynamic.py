@@ -8,6 +8,7 @@ import heapq
 import itertools
 import json
 import math
+import statistics
 import subprocess
 import sys
 
@@ -334,6 +335,24 @@ def whole_packets_reference(key, expected, pkt):
     return np.where(draw < some, pkt * expected / np.maximum(some, 1e-30), 0.0)
 
 
+def poisson_reference(key, expected):
+    """`dyn.poisson_packets` in numpy on the same uniform draws: the smallest count whose
+    Poisson CDF reaches the draw (at most POISSON_TERMS), past a mean of POISSON_TERMS / 3
+    the normal quantile rounded."""
+    draw = np.asarray(jax.random.uniform(key, expected.shape), np.float64)
+    out = np.zeros(expected.shape)
+    for i, (lam, u) in enumerate(zip(expected, draw)):
+        if lam > dyn.POISSON_TERMS / 3:
+            out[i] = max(round(lam + math.sqrt(lam) * statistics.NormalDist().inv_cdf(u)), 0)
+            continue
+        cdf, count = 0.0, 0
+        for k in range(dyn.POISSON_TERMS):
+            cdf += math.exp(-lam) * lam ** k / math.factorial(k)
+            count += u > cdf
+        out[i] = count
+    return out
+
+
 def reference(links, share, live, size, start, src, nic, base_rtt, max_window, capacity,
               buffer, kmin, kmax, multiplexed, p, *, ev_rule, lag, ack_lag, steps,
               p_seed=11):
@@ -383,6 +402,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
     key = jax.random.key(p_seed)
     tail_key = jax.random.fold_in(key, dyn.TAIL_STREAM)
     dup_key = jax.random.fold_in(key, dyn.DUP_STREAM)
+    trim_key = jax.random.fold_in(key, dyn.TRIM_STREAM)
     tail_trims = 0.0
     owed = np.zeros(num_flows)
     dup_owed = np.zeros(num_flows)
@@ -443,6 +463,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         per_flow = np.zeros((num_flows, num_links))
         P2 = np.zeros(num_links)
         bursts = np.zeros(num_links)        # the arrivals of flows their NICs do not hold
+        own_c = np.zeros(links.shape)       # each flow's arrivals, slot by slot, hop by hop
         for f in range(num_flows):
             for k in range(num_slots):
                 reach = 1.0
@@ -452,6 +473,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                     per_flow[f, links[f, k, h]] += c
                     P2[links[f, k, h]] += c * c
                     bursts[links[f, k, h]] += 0.0 if nic_bound[f] else c
+                    own_c[f, k, h] = c
                     reach *= min(fwd[links[f, k, h]], ceiling[links[f, k, h]])
         S2 = (per_flow ** 2).sum(0)
         A[~real] = 0
@@ -492,7 +514,12 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         # taken from this step's bytes and, past them, from the next steps'
         event = whole_packets_reference(jax.random.fold_in(tail_key, step), expect, p["pkt"])
         tail_trims += event.sum()
-        owed = owed + event
+        # the overflow's trims: a Poisson count of whole packets with the fluid's mean, taken
+        # from all the flow sent (the tail's are)
+        drawn = p["pkt"] * poisson_reference(jax.random.fold_in(trim_key, step),
+                                             lost / p["pkt"])
+        ok, lost = ok + lost, drawn
+        owed = owed + event + drawn
         taken = np.minimum(owed, ok)
         owed = owed - taken
         ok = ok - taken
@@ -513,8 +540,14 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                 if s[f, k] > 0:
                     w = 0.0
                     for h in range(hops):
+                        # a later hop's queue drains (at its capacity less its arrivals) while
+                        # the byte waits at the hops before it
                         l = links[f, k, h]
-                        w += (Q[l] + (Qn[l] - Q[l]) * frac) / capacity[l] + wait[l]
+                        own = own_c[f, k, h]        # the flow's own bytes are behind with it
+                        drain = (max(capacity[l] - (A[l] - own), 0.0)
+                                 if np.isfinite(capacity[l]) else 0.0)
+                        w += max(Q[l] + (Qn[l] - Q[l]) * frac - drain * w, 0.0) / capacity[l]
+                        w += wait[l]
                     waits.append(w)
             finish[f] = now + frac * dt + max(waits, default=0.0)
         gone = np.where(done, R, np.minimum(ok, R))
@@ -882,3 +915,49 @@ def test_the_timers_duplicates_are_whole_packets_at_random():
     assert 0.6 * np.sqrt(twice.mean()) < twice.std() < 1.5 * np.sqrt(twice.mean())
     assert np.corrcoef(finish, twice)[0, 1] > 0.8
     assert finish.max() - finish.min() > 2 * flows * pkt / 12.5e9     # more than two turns
+
+
+def test_a_later_hops_queue_drains_while_the_last_byte_waits_upstream():
+    """Flows B and C burst 40 packets each into links 0 and 1 at up to four times their
+    capacity and stop, leaving some 25 packets queued at each; flow A's one packet then
+    crosses link 0 and then link 1. It waits behind B's packets at link 0 while C's drain
+    from link 1, so it ends a packet after B's last, not some 20 packets later (both queues
+    as they stood when it left, with what drains from link 1 meanwhile counted as waiting)."""
+    pkt, cap = 4160.0, 12.5e9 / 4
+    slot = pkt / cap                                             # a packet's time on a link
+    buffer = np.array([200 * pkt, 200 * pkt, np.inf])            # no trims
+    case = dict(links=np.array([[[0, 2]], [[1, 2]], [[0, 1]]], np.int32),   # B, C, A
+                share=np.ones((3, 1)), live=np.ones((3, 1), bool),
+                size=np.array([40 * pkt, 40 * pkt, pkt]),
+                start=np.array([0.0, 0.0, 20 * slot]), src=np.arange(3, dtype=np.int32),
+                nic=np.full(3, 4 * cap), base_rtt=np.full(3, 5e-6),
+                max_window=np.full(3, 1e3 * pkt), capacity=np.array([cap, cap, np.inf]),
+                buffer=buffer, kmin=np.r_[0.9 * buffer[:2], 1e30],
+                kmax=np.r_[0.95 * buffer[:2], 2e30], multiplexed=np.zeros(3))
+    out = run_case(case, one_path_params(pkt, 20_000))
+    assert int(out.status) == 0
+    b, c, a = np.asarray(out.finish, np.float64)
+    assert 35 * slot < b < 45 * slot and c == pytest.approx(b, rel=1e-3)
+    assert b < a < b + 1.5 * slot
+
+
+def test_overflow_trims_whole_packets_at_random():
+    """Sixteen identical flows overflow one buffer together. Each trim is a whole packet, and
+    the flows' counts spread as a Poisson count's would (the fluid's share of the overflow
+    would trim every flow alike); every byte arrives once."""
+    pkt, cap, flows = 4160.0, 12.5e9, 16
+    buffer = np.array([20 * pkt, np.inf])
+    case = dict(links=np.zeros((flows, 1, 1), np.int32), share=np.ones((flows, 1)),
+                live=np.ones((flows, 1), bool), size=np.full(flows, 64 * pkt),
+                start=np.zeros(flows), src=np.arange(flows, dtype=np.int32),
+                nic=np.full(flows, cap), base_rtt=np.full(flows, 5e-6),
+                max_window=np.full(flows, 1.5 * 5e-6 * cap), capacity=np.array([cap, np.inf]),
+                buffer=buffer, kmin=np.r_[0.2 * buffer[:1], 1e30],
+                kmax=np.r_[0.8 * buffer[:1], 2e30], multiplexed=np.array([1.0, 0.0]))
+    out = run_case(case, one_path_params(pkt, 20_000))
+    assert int(out.status) == 0
+    np.testing.assert_allclose(np.asarray(out.delivered), case["size"], rtol=1e-5)
+    trims = np.asarray(out.trimmed, np.float64) / pkt
+    np.testing.assert_allclose(trims, np.round(trims), atol=1e-3)      # whole packets
+    assert trims.mean() > 4
+    assert 0.5 * np.sqrt(trims.mean()) < trims.std() < 2.0 * np.sqrt(trims.mean())

@@ -26,7 +26,11 @@ One step:
    passes on more than its capacity of what the slots offer it now (the ratio of the last
    step's departures to arrivals, applied to flows that started since, would);
 3. Q += (A - C) dt clipped to [0, B]: what overflows is trimmed (`pass` < 1), the slot's
-   trimmed bytes stay in R and are sent again (over the slots as the shares say). Where
+   trimmed bytes stay in R and are sent again (over the slots as the shares say). A queue
+   trims packets one at a time, so a flow loses a Poisson count of whole packets with the
+   fluid's mean (`poisson_packets`, drawn from the run's key and taken from what it sent, as
+   the tail's below): two flows with the same share of an overflow lose different numbers,
+   and the most unlucky one ends last, as in htsim (bench/fidelity). Where
    several flows merge, packets also wait as in an M/D/1 queue at the link's utilisation
    (capped at RHO_MAX), never more than n - 1 packets for n merging paths (n = 1 / the
    paths' Herfindahl index of its arrivals), scaled by 1 - the flows' Herfindahl index (none
@@ -44,7 +48,11 @@ One step:
 4. bytes that pass every hop leave R; a flow finishes when R reaches 0, at the step's
    fraction where it does, plus the queueing delay of the slowest slot it uses (its last
    packets are on every slot) as the queues stood when its last byte joined them (between
-   the queue at the step's start and at its end, at that fraction);
+   the queue at the step's start and at its end, at that fraction), hop by hop: a later
+   hop's queue drains at its capacity less what the other flows bring it (a growing one is
+   held where it is) while the byte waits at the hops before it, so a later queue counts
+   only what is left of it when the byte gets there, not all of it as it stood
+   (`DRAIN_AHEAD`);
 5. the window follows NSCC (below) on the ACKs and NACKs that come back in the step: those
    of the bytes delivered and trimmed `ack_lag` steps before (a round trip: here a byte
    crosses its path within the step it is sent), so a burst that overflows a queue is cut
@@ -97,6 +105,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import ndtri
 
 from fabricjax.core.status import Status
 
@@ -105,10 +114,14 @@ FAST_DELAY_S = 1e-6     # htsim's fast increase: delay under 1 us for a whole wi
 TINY = 1e-30
 TAIL_STREAM = 1 << 30   # the tail trims' draws: the run's key folded with this, then the step
 DUP_STREAM = TAIL_STREAM + 1  # the twice-sent packets' draws, likewise
+TRIM_STREAM = TAIL_STREAM + 2  # the fluid queue's trims, likewise
 MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
 LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
 NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
 QUICK_ADAPT = True
+RANDOM_TRIMS = True    # the overflow trims whole packets at random (off: the fluid's share)
+DRAIN_AHEAD = True     # a later hop's queue drains while the last byte waits before it
+POISSON_TERMS = 12     # `poisson_packets` inverts the CDF over this many terms
 PACKET_QUEUEING = 1.0  # the M/D/1 packet wait on top of the fluid queue (0: fluid only)
 BITMAP_NACK = 4.0      # htsim's bitmap: a NACK's penalty in skipped visits (an ECN echo's: 1)
 NIC_BISECTIONS = 14    # halvings of the NIC's fair level (to 2^-14 of its log range)
@@ -228,6 +241,19 @@ def whole_packets(key, expected, pkt):
     some = -jnp.expm1(-expected)
     hit = jax.random.uniform(key, expected.shape) < some
     return jnp.where(hit, pkt * expected / jnp.maximum(some, TINY), 0.0)
+
+
+def poisson_packets(key, expected):
+    """float[F]: a Poisson count of packets of mean `expected` per flow, by inversion over
+    its first POISSON_TERMS terms and, past a mean of POISSON_TERMS / 3, the normal
+    approximation (both from one uniform draw: `jax.random.poisson` costs ~30 of them)."""
+    u = jax.random.uniform(key, expected.shape)
+    lam = jnp.maximum(expected, TINY)[:, None]
+    k = jnp.arange(POISSON_TERMS, dtype=jnp.float32)
+    cdf = jnp.cumsum(jnp.exp(k * jnp.log(lam) - lam - jax.lax.lgamma(k + 1.0)), axis=-1)
+    small = (u[:, None] > cdf).sum(-1).astype(jnp.float32)
+    big = jnp.maximum(jnp.round(expected + jnp.sqrt(expected) * ndtri(u)), 0.0)
+    return jnp.where(expected > POISSON_TERMS / 3.0, big, small)
 
 
 def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
@@ -360,6 +386,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     key = jax.random.key(p.seed)
     tail_key = jax.random.fold_in(key, TAIL_STREAM)
     dup_key = jax.random.fold_in(key, DUP_STREAM)
+    trim_key = jax.random.fold_in(key, TRIM_STREAM)
     cap_dt = capacity * dt
     live_f = live.astype(jnp.float32)
     n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
@@ -465,11 +492,20 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         through = jnp.prod(passed[links], axis=-1)                       # [F, K]
         sent = slot_rate * dt
         arrived = (sent * through).sum(1)
+        fluid_lost = (sent * (1.0 - through)).sum(1)
+        if RANDOM_TRIMS:
+            # the overflow trims whole packets at random: a flow loses a Poisson count of
+            # them with the fluid's mean (taken from what it sent, as the tail's are)
+            drawn = p.pkt * poisson_packets(jax.random.fold_in(trim_key, s.step),
+                                            fluid_lost / p.pkt)
+            arrived = arrived + fluid_lost
+        else:
+            drawn = jnp.zeros_like(fluid_lost)
         # the tail trims whole packets, a NACK at a time; a flow slower than a packet a step
         # owes the rest of it to the steps that follow
         expect = (sent * through * (1.0 - jnp.prod(1.0 - tail[links], axis=-1))).sum(1) / p.pkt
         tail_bytes = whole_packets(jax.random.fold_in(tail_key, s.step), expect, p.pkt)
-        owed = s.owed + tail_bytes
+        owed = s.owed + tail_bytes + drawn
         taken = jnp.minimum(owed, arrived)
         owed = owed - taken
         arrived = arrived - taken
@@ -481,7 +517,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         dup_bytes = jnp.minimum(dup_owed, arrived)
         dup_owed = dup_owed - dup_bytes
         ok_bytes = arrived - dup_bytes
-        lost_bytes = (sent * (1.0 - through)).sum(1) + tail_bytes
+        lost_bytes = (drawn if RANDOM_TRIMS else fluid_lost) + tail_bytes
         # a byte's tolerance: trimmed remainders would otherwise shrink geometrically
         done_now = sending & (ok_bytes >= s.remaining - LAST_BYTE)
         # the share of the step the flow needed at its uncapped rate
@@ -496,9 +532,28 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         # the last byte is in whichever used slot's queue drains last, as it stood when that
         # byte joined it (`frac` into the step: between the step's start and end queues), not
         # at the step's end: a short flow's last bytes leave while the queues they built drain
-        ends = jnp.stack([s.queue / capacity + wait, (queue - s.queue) / capacity], -1)
-        path_ends = ends[links].sum(2)                                   # [F, K, 2]
-        joined = path_ends[..., 0] + frac[:, None] * path_ends[..., 1]
+        if DRAIN_AHEAD:
+            # hop by hop: a later hop's queue drains (at its capacity less what the other
+            # flows bring it, a growing one held where it is) while the byte waits at the
+            # hops before it; the flow's own bytes there are still in those queues with it
+            others_in = arrive[links] - contrib.reshape(links.shape)
+            drain = jnp.where(finite_cap[links], jnp.maximum(capacity[links] - others_in, 0.0),
+                              0.0)
+            link_end = jnp.concatenate([
+                jnp.stack([s.queue, queue - s.queue], -1)[links], drain[..., None],
+                jnp.stack([capacity, wait], -1)[links]], -1)
+
+            def hop(waited, at):
+                q = jnp.maximum(at[..., 0] + frac[:, None] * at[..., 1] - at[..., 2] * waited,
+                                0.0)
+                return waited + q / at[..., 3] + at[..., 4], None
+
+            joined, _ = jax.lax.scan(hop, jnp.zeros(links.shape[:2]),
+                                     jnp.moveaxis(link_end, 2, 0))
+        else:
+            ends = jnp.stack([s.queue / capacity + wait, (queue - s.queue) / capacity], -1)
+            path_ends = ends[links].sum(2)                                   # [F, K, 2]
+            joined = path_ends[..., 0] + frac[:, None] * path_ends[..., 1]
         now_delay = jnp.max(jnp.where(s.share > 0, joined, 0.0), axis=1)
         finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
         # ---- NSCC on what came back this step: the ACKs and NACKs of the bytes delivered and
