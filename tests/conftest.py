@@ -6,7 +6,6 @@ so the suite gives the same float32 answers on a laptop and on a GPU machine.
 
 from __future__ import annotations
 
-import gc
 import os
 import resource
 
@@ -60,27 +59,11 @@ executables.set_enabled(False)
 os.environ.setdefault(executables.ENV_REFILL, "off")
 
 
-# a test that leaves the process with more memory mappings than this drops JAX's programs:
-# a quarter of Linux's default vm.max_map_count (65,530), so the next test has room to grow
-# (one property test over random fabrics added 45,000 in 20 examples)
-MAX_MAPPINGS = 16_000
-
-
-def _mappings() -> int:
-    """The process's memory mappings (0 where /proc is not there)."""
-    try:
-        with open("/proc/self/maps", "rb") as maps:
-            return sum(1 for _ in maps)
-    except OSError:
-        return 0
-
-
 def release_when_crowded() -> None:
-    """Drop JAX's in-memory compiled programs when the process holds more than MAX_MAPPINGS
-    memory mappings (a test that compiles many programs calls it between its cases)."""
-    if _mappings() > MAX_MAPPINGS:
-        jax.clear_caches()
-        gc.collect()  # the executables' mappings go when their last reference does
+    """Drop JAX's in-memory compiled programs when the process holds more than
+    `executables.MAX_MAPPINGS` memory mappings (a test that compiles many programs calls it
+    between its cases; one property test over random fabrics added 45,000 in 20 examples)."""
+    executables.release_when_crowded()
 
 
 @pytest.fixture(autouse=True)

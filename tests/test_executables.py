@@ -274,3 +274,17 @@ def test_the_engine_warm_process_compiles_nothing_and_bad_entries_fall_back(tmp_
     again = _analyze(tmp_path)
     assert again["counters"]["compiled"] == 0 and again["counters"]["loaded"] == len(entries)
     assert again["records"] == cold["records"]
+
+
+def test_release_when_crowded_drops_compiled_programs_past_the_bound():
+    """Past the bound the process's compiled programs go (a long benchmark or the suite stays
+    under the kernel's limit on memory mappings) and the next call compiles again; under it
+    they stay."""
+    double = jax.jit(lambda x: 2.0 * x)
+    assert float(double(1.0)) == 2.0 and double._cache_size() == 1
+    assert executables.memory_mappings() > 0
+    assert not executables.release_when_crowded(10**9)
+    assert double._cache_size() == 1
+    assert executables.release_when_crowded(0)
+    assert double._cache_size() == 0
+    assert float(double(3.0)) == 6.0

@@ -44,6 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from fabricjax.core.executables import release_when_crowded  # noqa: E402
 from fabricjax.engine.dynamic import fct_quantiles, solve_dynamic_phase  # noqa: E402
 from fabricjax.engine.phase import initial_slots, solve_policy_phase  # noqa: E402
 from fabricjax.engine.timing import transport_latency_s  # noqa: E402
@@ -376,6 +377,9 @@ def main() -> int:
                 print(f"{case:<26} (no committed htsim results)")
                 continue
             ours = {m: {s: MODELS[m](case, s, Path(tmp)) for s in used} for m in models}
+            # every case compiles programs of its own shapes: one process over all of them
+            # would pass the kernel's limit on memory mappings and crash inside XLA
+            release_when_crowded()
             for policy, runs in POLICIES.items():
                 for run in runs:
                     theirs = {s: htsim_fcts(case, run, s) for s in used}

@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import gc
 import hashlib
 import inspect
 import io
@@ -89,6 +90,9 @@ BYPASS_OPTIONS = ("jax_disable_jit", "jax_debug_nans", "jax_debug_infs", "jax_en
 
 ENV_SWITCH = "FABRICJAX_EXEC_CACHE"      # "off": this process never uses the cache
 ENV_REFILL = "FABRICJAX_EXEC_REFILL"     # "off": never compile again what JAX's cache gave
+# the memory mappings past which `release_when_crowded` drops the compiled programs: a quarter
+# of Linux's default vm.max_map_count (65,530), so what runs next has room to grow
+MAX_MAPPINGS = 16_000
 _OFF = ("off", "0", "false", "no")
 
 _state = {"enabled": os.environ.get(ENV_SWITCH, "on").strip().lower() not in _OFF,
@@ -120,6 +124,30 @@ def clear_memory() -> None:
     """Drop every executable held in memory by every `cached_jit` (the disk keeps them)."""
     for wrapper in _wrappers:
         wrapper.memo.clear()
+
+
+def memory_mappings() -> int:
+    """The process's memory mappings (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return 0
+
+
+def release_when_crowded(max_mappings: int = MAX_MAPPINGS) -> bool:
+    """Drop JAX's in-memory compiled programs and those `cached_jit` holds once the process
+    holds more than `max_mappings` memory mappings; whether it did. Every loaded XLA:CPU
+    executable holds some, and a process that compiles program after program (a test suite,
+    a benchmark over many cases) passes Linux's vm.max_map_count (65,530 by default) and
+    crashes inside XLA ("LLVM compilation error: Cannot allocate memory", then a segfault).
+    Below the bound the next call reuses them (counting takes about a millisecond)."""
+    if memory_mappings() <= max_mappings:
+        return False
+    jax.clear_caches()
+    clear_memory()
+    gc.collect()   # the executables' mappings go when their last reference does
+    return True
 
 
 def folder() -> Path | None:
