@@ -540,10 +540,10 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                 if s[f, k] > 0:
                     w = 0.0
                     for h in range(hops):
-                        # a later hop's queue drains (at its capacity less its arrivals) while
-                        # the byte waits at the hops before it
+                        # a later hop's queue drains (at its capacity less the other flows'
+                        # arrivals) while the byte waits at the hops before it
                         l = links[f, k, h]
-                        own = own_c[f, k, h]        # the flow's own bytes are behind with it
+                        own = own_c[f, k, h]    # still queued before, with the last byte
                         drain = (max(capacity[l] - (A[l] - own), 0.0)
                                  if np.isfinite(capacity[l]) else 0.0)
                         w += max(Q[l] + (Qn[l] - Q[l]) * frac - drain * w, 0.0) / capacity[l]
@@ -921,8 +921,8 @@ def test_a_later_hops_queue_drains_while_the_last_byte_waits_upstream():
     """Flows B and C burst 40 packets each into links 0 and 1 at up to four times their
     capacity and stop, leaving some 25 packets queued at each; flow A's one packet then
     crosses link 0 and then link 1. It waits behind B's packets at link 0 while C's drain
-    from link 1, so it ends a packet after B's last, not some 20 packets later (both queues
-    as they stood when it left, with what drains from link 1 meanwhile counted as waiting)."""
+    from link 1, so it ends a packet after B's last, not some 20 packets later (what the sum
+    of both queues as they stood when it left would say)."""
     pkt, cap = 4160.0, 12.5e9 / 4
     slot = pkt / cap                                             # a packet's time on a link
     buffer = np.array([200 * pkt, 200 * pkt, np.inf])            # no trims
