@@ -59,13 +59,6 @@ executables.set_enabled(False)
 os.environ.setdefault(executables.ENV_REFILL, "off")
 
 
-def release_when_crowded() -> None:
-    """Drop JAX's in-memory compiled programs when the process holds more than
-    `executables.MAX_MAPPINGS` memory mappings (a test that compiles many programs calls it
-    between its cases; one property test over random fabrics added 45,000 in 20 examples)."""
-    executables.release_when_crowded()
-
-
 @pytest.fixture(autouse=True)
 def _release_compiled_programs():
     """Drop JAX's in-memory compiled programs after a test once the process holds many
@@ -75,7 +68,7 @@ def _release_compiled_programs():
     every module instead made each module trace, lower and load its programs again; below the
     bound the next test reuses them (counting the mappings takes about a millisecond)."""
     yield
-    release_when_crowded()
+    executables.release_when_crowded()
 
 
 # --cpu-durations=N: the tests that used the most CPU seconds (this process and the children

@@ -30,10 +30,10 @@ from fabricjax.report import tables as rp
 from fabricjax.report.json import report_dict
 from fabricjax.report.topo import topo_table
 from fabricjax.study.analyze import analyze
+from fabricjax.core import executables
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.registry import known_names
 from fabricjax.scenario import parse_scenario
-from conftest import release_when_crowded
 
 POLICIES = known_names()   # every registered policy, in the reports' order
 
@@ -334,7 +334,7 @@ def _analyze_and_check(data: dict, trace: bool) -> None:
     report = analyze(parse_or_reject(data), trace=trace)
     record_events(report)
     check_report(report)
-    release_when_crowded()     # every example compiles programs of its own fabric
+    executables.release_when_crowded()     # every example compiles programs of its own fabric
 
 
 @settings(max_examples=8, **PROPERTY)

@@ -536,20 +536,18 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             # hop by hop: a later hop's queue drains (at its capacity less what the other
             # flows bring it, a growing one held where it is) while the byte waits at the
             # hops before it; the flow's own bytes there are still in those queues with it
-            others_in = arrive[links] - contrib.reshape(links.shape)
-            drain = jnp.where(finite_cap[links], jnp.maximum(capacity[links] - others_in, 0.0),
-                              0.0)
-            link_end = jnp.concatenate([
-                jnp.stack([s.queue, queue - s.queue], -1)[links], drain[..., None],
-                jnp.stack([capacity, wait], -1)[links]], -1)
+            at = jnp.stack([s.queue, queue - s.queue, capacity, wait, arrive], -1)[links]
+            others_in = at[..., 4] - contrib.reshape(links.shape)
+            drain = jnp.where(jnp.isfinite(at[..., 2]),
+                              jnp.maximum(at[..., 2] - others_in, 0.0), 0.0)
 
-            def hop(waited, at):
-                q = jnp.maximum(at[..., 0] + frac[:, None] * at[..., 1] - at[..., 2] * waited,
-                                0.0)
-                return waited + q / at[..., 3] + at[..., 4], None
+            def hop(waited, link):
+                start_q, change, cap, link_wait, link_drain = link
+                q = jnp.maximum(start_q + frac[:, None] * change - link_drain * waited, 0.0)
+                return waited + q / cap + link_wait, None
 
-            joined, _ = jax.lax.scan(hop, jnp.zeros(links.shape[:2]),
-                                     jnp.moveaxis(link_end, 2, 0))
+            joined, _ = jax.lax.scan(hop, jnp.zeros(links.shape[:2]), tuple(
+                jnp.moveaxis(x, 2, 0) for x in (*jnp.moveaxis(at[..., :4], -1, 0), drain)))
         else:
             ends = jnp.stack([s.queue / capacity + wait, (queue - s.queue) / capacity], -1)
             path_ends = ends[links].sum(2)                                   # [F, K, 2]
