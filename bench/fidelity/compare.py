@@ -144,6 +144,7 @@ CASES = {
     "ft128_1os_perm512KB": ("ft128_1os", 128, 16, 0.10),
     "ft128_1os_permmix": ("ft128_1os", 128, 16, 0.10),      # 64-512 KiB mixed
     "ft128_1os_ring2MB": ("ft128_1os", 128, 16, 0.10),      # one ring step, scattered ranks
+    "ft128_1os_a2a_shift": ("ft128_1os", 128, 16, 0.10),    # the all-to-all, peers s + k
 }
 
 # fabricjax policy <- htsim runs compared with it

@@ -13,7 +13,12 @@ then ``S->D id I start 0 size B`` (every flow starts at time 0). htsim runs them
 - an incast: 32 distinct random senders to one random other host, 1 MiB each (1:1 tree);
 - an all-to-all: every ordered pair of the 128 hosts, 64 KiB each (1:1 tree; it has no
   randomness, so every seed's file holds the same matrix: the seeds differ only in htsim's
-  `-seed`);
+  `-seed`). Every host's connections are listed from host 0 up, and htsim's NIC serves its
+  connections in the order they start, so the hosts send to the same receiver at about the
+  same turn, and to one pod's 16 hosts for 16 turns in a row;
+- the same all-to-all in shifted order (`ft128_1os_a2a_shift`): host s lists s + 1, s + 2,
+  ... (mod 128), the order a collective library schedules an all-to-all in, so at each turn
+  the hosts send to distinct receivers;
 - one flow between pods (unloaded FCT: latency and headers alone), 2 MiB and 128 KiB.
 
 Cases that cover the multi-plane fabric the product is for, degraded links, short flows and
@@ -80,6 +85,12 @@ def all_to_all(n: int, size: int, rng) -> list[tuple[int, int, int]]:
     return [(s, d, size) for s in range(n) for d in range(n) if s != d]
 
 
+def shifted_all_to_all(n: int, size: int, rng=None) -> list[tuple[int, int, int]]:
+    """Every ordered pair, each host's peers listed from the next host on: (s, s + k mod n)
+    for k = 1 .. n - 1."""
+    return [(s, (s + k) % n, size) for s in range(n) for k in range(1, n)]
+
+
 # case: (hosts, traffic, seeds, stream): the stream picks the random draws, so each degraded
 # leaf-spine case runs the very matrices of its healthy one
 CASES = {
@@ -103,6 +114,7 @@ CASES = {
     "ft128_1os_permmix": (128, lambda rng: mixed_permutation(
         128, (64 * KIB, 128 * KIB, 256 * KIB, 512 * KIB), rng), SEEDS, 15),
     "ft128_1os_ring2MB": (128, lambda rng: ring_step(128, 2 * MIB, rng), SEEDS, 16),
+    "ft128_1os_a2a_shift": (128, lambda rng: shifted_all_to_all(128, 64 * KIB), SEEDS, 17),
 }
 
 

@@ -141,7 +141,7 @@ if [ ${#CASES[@]} -eq 0 ]; then
            ft128_1os_incast32 single_2MB single_128KB ls1024os_perm1MB
            ls1024os_failed4_perm1MB ft128_1os_a2a mp4_ls1024_perm2MB mp4_ls1024_ring1MB
            ls1024_perm1MB ls1024_failed8_perm1MB ft128_1os_perm64KB ft128_1os_perm512KB
-           ft128_1os_permmix ft128_1os_ring2MB)
+           ft128_1os_permmix ft128_1os_ring2MB ft128_1os_a2a_shift)
 fi
 [ -f "$LOGS/walltimes.tsv" ] || \
     printf 'run\twall_s\tcpu_s\tfinished\tstatus\tcommand\n' > "$LOGS/walltimes.tsv"
