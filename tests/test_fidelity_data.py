@@ -9,6 +9,7 @@ route-dump patch's EV_ROUTES lines name."""
 from __future__ import annotations
 
 import csv
+import fnmatch
 import gzip
 import importlib.util
 import re
@@ -262,6 +263,37 @@ def test_stats_switches_on_every_counter_of_the_patch():
     assert read == {"HTSIM_TRIM_STATS", "HTSIM_FLOW_STATS", "HTSIM_REPS_STATS"}
     assert read <= exported
     assert "htsim_transport_stats.patch" in (FIDELITY / "build_htsim.sh").read_text()
+
+
+def test_run_htsim_takes_each_cases_own_matrices_only(matrices):
+    """run_htsim.sh finds a case's seeds by globbing its matrices: the glob must not take the
+    matrices of a case whose name begins with this one's (ft128_1os_a2a, ft128_1os_a2a_shift)."""
+    script = (FIDELITY / "run_htsim.sh").read_text()
+    pattern = re.search(r'matrices/"\$\{case\}"(_s\S*?\.cm)', script)[1]
+    files = [p.name for p in (FIDELITY / "matrices").glob("*.cm")]
+    for case, (_, _, seeds, _) in matrices.CASES.items():
+        assert sorted(fnmatch.filter(files, case + pattern)) == sorted(
+            f"{case}_s{seed}.cm" for seed in seeds), case
+
+
+def test_one_turn_runs_are_the_matrices_flows_under_their_own_switch(matrices):
+    """The one-turn patch is applied by build_htsim.sh and does nothing unless run_htsim.sh's
+    ONE_TURN exports its switch; every committed one-turn run holds its matrix's flows, and
+    compare.py --one-turn reads them from results/one_turn/."""
+    patch = (FIDELITY / "htsim_one_turn.patch").read_text()
+    assert set(re.findall(r'getenv\("(HTSIM_\w+)"\)', patch)) == {"HTSIM_ONE_TURN"}
+    assert "htsim_one_turn.patch" in (FIDELITY / "build_htsim.sh").read_text()
+    assert "export HTSIM_ONE_TURN=1" in (FIDELITY / "run_htsim.sh").read_text()
+    compare = _module("compare")
+    runs = sorted((FIDELITY / "results" / "one_turn").glob("*.csv.gz"))
+    assert runs
+    for path in runs:
+        m = re.fullmatch(r"(.+)_(ecmp|spray|mrc_reps|mrc_bitmap)_s(\d)\.csv\.gz", path.name)
+        assert m and m[1] in matrices.CASES, path.name
+        assert compare.result_path(m[1], m[2], int(m[3]), "one_turn") == path
+        conns = _read_matrix(FIDELITY / "matrices" / f"{m[1]}_s{m[3]}.cm")
+        fcts = compare.read_fcts(path)
+        assert len(fcts) == len(conns) and np.all(fcts > 0), path.name
 
 
 def test_ev_paths_puts_each_ev_on_the_path_htsim_named(tmp_path):

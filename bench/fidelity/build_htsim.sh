@@ -42,6 +42,9 @@ patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_bitmap_stats.patch"
 # and a third, inert unless HTSIM_TRIM_STATS, HTSIM_FLOW_STATS or HTSIM_REPS_STATS is set: where
 # and when packets are trimmed, each flow's resends, timeouts, NACKs and ACKs, REPS's EV sources
 patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_transport_stats.patch"
+# and a fourth, inert unless HTSIM_ONE_TURN is set: a flow whose retransmission timer fires
+# while it already waits in its NIC's FIFO is not queued there again (HTSIM.md, "One turn")
+patch -s -p1 -d "$WORKDIR/src" < "$REPO/bench/fidelity/htsim_one_turn.patch"
 
 nice -n 19 cmake -S "$WORKDIR/src/htsim/sim" -B "$WORKDIR/build" \
     -DCMAKE_BUILD_TYPE=Release -DENABLE_TESTS=OFF > "$WORKDIR/cmake.log" 2>&1

@@ -3,6 +3,7 @@
     .venv/bin/python bench/fidelity/compare.py            # every case with committed results
     .venv/bin/python bench/fidelity/compare.py --case ft128_1os_perm2MB --seeds 1
     .venv/bin/python bench/fidelity/compare.py --model dynamic --seeds 1   # one level only
+    .venv/bin/python bench/fidelity/compare.py --one-turn    # htsim without its NIC's double turn
 
 `make bench-fidelity` runs it. It needs no htsim: the packet-level side is the per-flow FCTs
 committed in `results/<case>_<policy>_s<seed>.csv.gz` (written by `run_htsim.sh` from the
@@ -165,8 +166,10 @@ def matrix_path(case: str, seed: int) -> Path:
     return HERE / "matrices" / f"{case}_s{seed}.cm"
 
 
-def result_path(case: str, run: str, seed: int) -> Path:
-    return HERE / "results" / f"{case}_{run}_s{seed}.csv.gz"
+def result_path(case: str, run: str, seed: int, variant: str = "") -> Path:
+    """One htsim run's committed FCTs; `variant` "one_turn": htsim with its NIC's double turn
+    removed (run_htsim.sh's ONE_TURN)."""
+    return HERE / "results" / variant / f"{case}_{run}_s{seed}.csv.gz"
 
 
 def read_fcts(path: Path) -> np.ndarray:
@@ -175,9 +178,9 @@ def read_fcts(path: Path) -> np.ndarray:
         return np.array([float(row["fct_us"]) * 1e-6 for row in csv.DictReader(fh)])
 
 
-def htsim_fcts(case: str, run: str, seed: int) -> np.ndarray | None:
+def htsim_fcts(case: str, run: str, seed: int, variant: str = "") -> np.ndarray | None:
     """Per-flow FCTs (s) of one committed htsim run, or None if it is not committed."""
-    path = result_path(case, run, seed)
+    path = result_path(case, run, seed, variant)
     return read_fcts(path) if path.exists() else None
 
 
@@ -355,12 +358,17 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds per case (1..3)")
     parser.add_argument("--model", choices=[*MODELS, "both"], default="both",
                         help="fabricjax's level: static, dynamic or both side by side")
+    parser.add_argument("--one-turn", action="store_true",
+                        help="against htsim with its NIC's double turn removed "
+                             "(results/one_turn/, the cases that have them)")
     args = parser.parse_args()
+    variant = "one_turn" if args.one_turn else ""
     models = list(MODELS) if args.model == "both" else [args.model]
     cases = args.case or list(CASES)
     seeds = SEEDS[:max(1, min(args.seeds, len(SEEDS)))]
     print(f"machine: {platform.machine()}, {platform.system()}; fabricjax against htsim "
-          f"(committed per-flow FCTs); seeds {', '.join(map(str, seeds))}")
+          f"(committed per-flow FCTs{', one turn' if variant else ''}); "
+          f"seeds {', '.join(map(str, seeds))}")
     header = (f"{'case':<26} {'policy':<6} {'htsim run':<11} {'model':<7} "
               f"{'htsim p50':>9} {'p99':>8} {'max':>8}   {'fj p50':>8} {'p99':>8} {'max':>8}"
               f"   {'err p50':>7} {'p99':>7} {'max':>7}  target  within")
@@ -372,10 +380,11 @@ def main() -> int:
         for case in cases:
             target = CASES[case][3]
             used = [s for s in seeds if matrix_path(case, s).exists() and any(
-                htsim_fcts(case, run, s) is not None for runs in POLICIES.values()
+                htsim_fcts(case, run, s, variant) is not None for runs in POLICIES.values()
                 for run in runs)]
             if not used:
-                print(f"{case:<26} (no committed htsim results)")
+                if not variant:
+                    print(f"{case:<26} (no committed htsim results)")
                 continue
             ours = {m: {s: MODELS[m](case, s, Path(tmp)) for s in used} for m in models}
             # every case compiles programs of its own shapes: one process over all of them
@@ -383,7 +392,7 @@ def main() -> int:
             release_when_crowded()
             for policy, runs in POLICIES.items():
                 for run in runs:
-                    theirs = {s: htsim_fcts(case, run, s) for s in used}
+                    theirs = {s: htsim_fcts(case, run, s, variant) for s in used}
                     common = [s for s in used if theirs[s] is not None]
                     if not common:
                         continue
