@@ -403,6 +403,9 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
     tail_key = jax.random.fold_in(key, dyn.TAIL_STREAM)
     dup_key = jax.random.fold_in(key, dyn.DUP_STREAM)
     trim_key = jax.random.fold_in(key, dyn.TRIM_STREAM)
+    stall_key = jax.random.fold_in(key, dyn.STALL_STREAM)
+    stall = np.zeros(num_flows)   # s: a flow sends nothing before this
+    stalls = 0
     tail_trims = 0.0
     owed = np.zeros(num_flows)
     dup_owed = np.zeros(num_flows)
@@ -425,7 +428,8 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         unc = np.zeros(num_flows)
         nic_bound = np.zeros(num_flows, bool)
         for g in range(nic.size):
-            mine = [f for f in range(num_flows) if src[f] == g and sending[f]]
+            mine = [f for f in range(num_flows) if src[f] == g and sending[f] and
+                    now >= stall[f]]
 
             def demand(f, level):
                 return W[f] / (rtt[f] + max(p["pkt"] / level - p["pkt"] / nic[g], 0.0))
@@ -595,6 +599,19 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         adapt = (dyn.QUICK_ADAPT & due & ~first & (trig | (delay > 4 * p["target"])) &
                  (ach < max_window / 8))
         Wn = np.where(adapt, np.maximum(ach, p["mtu"]), Wn)
+        # a cut below the packets in flight, fewer than a run of ACKs and sent with no AR
+        # flag (the window was above them), the last one's ACK held back by the receiver
+        # (neither marked nor ending a run): no ACK, no packet, until the timer fires
+        draw = np.asarray(jax.random.uniform(jax.random.fold_in(stall_key, step), (num_flows,)))
+        for f in np.flatnonzero(adapt & (per_ack > 1)):
+            held_ack = (1 - mark[f]) * (1 - 1 / per_ack[f])
+            in_flight = p["pkt"] + rate[f] * rtt[f]
+            if (dyn.ACK_STALLS and in_flight < per_ack[f] * p["pkt"]
+                    and max(ach[f], p["mtu"]) < in_flight + p["pkt"] <= W[f]
+                    and draw[f] < held_ack):
+                stall[f] = now + dt + p["rto"] - 0.5 * rtt[f]
+                stalls += 1
+                dup_owed[f] += p["pkt"]
         ach = np.where(due, 0, ach)
         trig = np.where(adapt, False, trig)
         qa_clock = np.where(due, now + base_rtt + p["target"], qa_clock)
@@ -617,7 +634,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
                 aim - s)
         Q = Qn
         hist[step % (lag + 1)] = signals(Q, passed * (1 - tail), wait, rho)
-    return delivered, trimmed, duplicated, link_bytes[:-1], finish, tail_trims
+    return delivered, trimmed, duplicated, link_bytes[:-1], finish, tail_trims, stalls
 
 
 @pytest.mark.parametrize("ev_rule,pkt", [("fixed", 4160.0), ("reps", 4160.0),
@@ -656,7 +673,7 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
                                buffer.astype(f32), kmin.astype(f32), kmax.astype(f32),
                                multiplexed.astype(f32), *flow_link_pairs(links, num_links),
                                params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
-    delivered, trimmed, duplicated, link_bytes, finish, tail_trims = reference(
+    delivered, trimmed, duplicated, link_bytes, finish, tail_trims, stalls = reference(
         links, share, live, size, start, src, nic, base, max_window, capacity, buffer, kmin,
         kmax, multiplexed, p, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag, steps=steps)
     assert trimmed.sum() > 0                       # the case trims, so the path is exercised
@@ -822,7 +839,7 @@ def test_the_packet_tail_matches_the_numpy_reference():
     out = run_case(case, params)
     p = {k: float(v) for k, v in params._asdict().items()
          if k not in ("max_steps", "stride", "seed")}
-    delivered, trimmed, duplicated, link_bytes, finish, tail_trims = reference(
+    delivered, trimmed, duplicated, link_bytes, finish, tail_trims, stalls = reference(
         **{k: case[k] for k in ("links", "share", "live", "size", "start", "src", "nic")},
         base_rtt=case["base_rtt"], max_window=case["max_window"], capacity=case["capacity"],
         buffer=case["buffer"], kmin=case["kmin"], kmax=case["kmax"],
@@ -961,3 +978,83 @@ def test_overflow_trims_whole_packets_at_random():
     np.testing.assert_allclose(trims, np.round(trims), atol=1e-3)      # whole packets
     assert trims.mean() > 4
     assert 0.5 * np.sqrt(trims.mean()) < trims.std() < 2.0 * np.sqrt(trims.mean())
+
+
+def stall_case(flows=8):
+    """`flows` flows of 60 packets from one GPU, whose NIC holds each back (a window of 1.5
+    BDP against an eighth of the NIC), through a link at half the NIC's rate with a buffer of
+    four packets, then a link each: the shared queue overflows, so the NACKs arm quick adapt,
+    which cuts the windows to about a packet. Marks are off (Kmin past the buffer), so the
+    receiver holds back the ACK of three packets in four. The RTT is off the 0.5 us steps, so
+    quick adapt's interval never ends on a step's edge (where float32 and the reference's
+    float64 could disagree on the step)."""
+    pkt, nic_rate, rtt = 4160.0, 12.5e9, 5.2e-6
+    links = np.stack([np.zeros(flows), 1 + np.arange(flows)], 1).astype(np.int32)[:, None, :]
+    capacity = np.r_[nic_rate / 2, np.full(flows, nic_rate), np.inf]
+    buffer = np.r_[4 * pkt, np.full(flows, 400 * pkt), np.inf]
+    return dict(links=links, share=np.ones((flows, 1)), live=np.ones((flows, 1), bool),
+                size=np.full(flows, 60 * pkt), start=np.zeros(flows),
+                src=np.zeros(flows, np.int32), nic=np.array([nic_rate]),
+                base_rtt=np.full(flows, rtt), max_window=np.full(flows, 1.5 * rtt * nic_rate),
+                capacity=capacity, buffer=buffer, kmin=np.r_[2 * buffer[:-1], 1e30],
+                kmax=np.r_[3 * buffer[:-1], 2e30], multiplexed=np.r_[np.ones(flows + 1), 0.0])
+
+
+def stall_params(steps):
+    """`one_path_params` with a 30 us retransmission timeout."""
+    return one_path_params(4160.0, steps)._replace(rto=np.float32(30e-6))
+
+
+def run_stall_case(case, params):
+    """`simulate_dynamic` on `stall_case`: its NIC serves all its flows (num_gpus 1)."""
+    f32 = np.float32
+    c = {k: (v.astype(f32) if v.dtype == np.float64 else v) for k, v in case.items()}
+    return dyn.simulate_dynamic(
+        c["links"], c["share"], c["live"], c["size"], c["start"], c["src"], c["nic"], 1,
+        c["base_rtt"], c["max_window"], c["capacity"], c["buffer"], c["kmin"], c["kmax"],
+        c["multiplexed"], *flow_link_pairs(c["links"], c["capacity"].size - 1), params,
+        ev_rule="fixed", lag=2, ack_lag=3)
+
+
+def test_an_ack_stall_matches_the_numpy_reference():
+    """Quick adapt on flows their NIC holds back, some of which then wait for their timers:
+    the step matches the reference's, stalls included."""
+    case = stall_case()
+    steps = 160
+    params = stall_params(steps)
+    out = run_stall_case(case, params)
+    p = {k: float(v) for k, v in params._asdict().items()
+         if k not in ("max_steps", "stride", "seed")}
+    delivered, trimmed, duplicated, link_bytes, finish, _, stalls = reference(
+        **{k: case[k] for k in ("links", "share", "live", "size", "start", "src", "nic")},
+        base_rtt=case["base_rtt"], max_window=case["max_window"], capacity=case["capacity"],
+        buffer=case["buffer"], kmin=case["kmin"], kmax=case["kmax"],
+        multiplexed=case["multiplexed"], p=p, ev_rule="fixed", lag=2, ack_lag=3, steps=steps,
+        p_seed=int(params.seed))
+    assert stalls > 0                                  # the path is exercised
+    assert float(np.asarray(out.stalls).sum()) == stalls
+    np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.trimmed), trimmed, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.duplicated), duplicated, rtol=2e-3, atol=64)
+    np.testing.assert_allclose(np.asarray(out.link_bytes), link_bytes, rtol=2e-3, atol=64)
+
+
+def test_an_ack_stall_costs_one_duplicate_and_no_byte(monkeypatch):
+    """The same flows to the end, with and without the stall: a stalled flow sends its held
+    packet again when its timer fires, and that is all it resends (a run of four ACKs comes
+    back within 21 us here, before the timer, so nothing else goes twice); every byte
+    arrives once, and with the stall off no flow stalls. (When they end depends on the
+    shared queue's random trims, which the stalls move: the mechanics are the reference's.)"""
+    case = stall_case()
+    params = stall_params(20_000)
+    with_stall = run_stall_case(case, params)
+    monkeypatch.setattr(dyn, "ACK_STALLS", False)
+    without = run_stall_case(case, params)
+    for out in (with_stall, without):
+        assert int(out.status) == 0
+        np.testing.assert_allclose(np.asarray(out.delivered), case["size"], rtol=1e-5)
+    stalls = np.asarray(with_stall.stalls, np.float64)
+    assert stalls.sum() >= 1.0 and float(np.asarray(without.stalls).sum()) == 0.0
+    assert float(np.asarray(without.duplicated).sum()) == 0.0
+    np.testing.assert_allclose(np.asarray(with_stall.duplicated, np.float64) / 4160.0, stalls,
+                               atol=1e-3)

@@ -80,7 +80,9 @@ class DynamicOutcome:
     last byte of the slowest flow). p100_time_avg / p100_static: the busiest link's
     utilisation averaged over the phase, and the static level's P100. delivered_bytes,
     size_bytes, trimmed_bytes (sent again), duplicated_bytes (delivered twice on a spurious
-    timeout): float64[F] wire bytes. max_fill: the largest queue / buffer any link reached.
+    timeout): float64[F] wire bytes. ack_stalls: int64[F] how often the flow stopped for its
+    retransmission timer (quick adapt cut its window below a packet whose ACK the receiver held
+    back). max_fill: the largest queue / buffer any link reached.
     series: float64[T, 4] (time s, largest queue fill, throughput Gbit/s, flows sending).
     steps, dt_s, status (core.status.Status flags) and the static level's outcome."""
 
@@ -92,6 +94,7 @@ class DynamicOutcome:
     size_bytes: np.ndarray
     trimmed_bytes: np.ndarray
     duplicated_bytes: np.ndarray
+    ack_stalls: np.ndarray
     max_fill: float
     link_fill: np.ndarray
     series: np.ndarray
@@ -297,6 +300,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     delivered = np.asarray(out.delivered, np.float64)
     trimmed = np.asarray(out.trimmed, np.float64)
     duplicated = np.asarray(out.duplicated, np.float64)
+    stalls = np.rint(np.asarray(out.stalls, np.float64)).astype(np.int64)
     start = relative_starts(flows)
     if connections:
         last = np.argmax(finish.reshape(num_flows, num_slots), axis=1)   # its slowest QP
@@ -304,6 +308,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         delivered = delivered.reshape(num_flows, num_slots).sum(1)
         trimmed = trimmed.reshape(num_flows, num_slots).sum(1)
         duplicated = duplicated.reshape(num_flows, num_slots).sum(1)
+        stalls = stalls.reshape(num_flows, num_slots).sum(1)
         size = size.reshape(num_flows, num_slots).sum(1)
     # FCT at the sender: its last byte acknowledged (0 extra with the transport off)
     fct = np.where(np.isfinite(finish),
@@ -323,7 +328,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         fct_s=fct, completion_s=end, p100_time_avg=p100,
         p100_static=float(static.result.stats[0, 2]),
         delivered_bytes=delivered, size_bytes=size, trimmed_bytes=trimmed,
-        duplicated_bytes=duplicated,
+        duplicated_bytes=duplicated, ack_stalls=stalls,
         max_fill=float(np.max(out.max_fill, initial=0.0)),
         link_fill=np.asarray(out.max_fill, np.float64), series=series, steps=steps,
         dt_s=dt, status=int(out.status), static=static)

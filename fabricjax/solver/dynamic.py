@@ -91,7 +91,12 @@ window-limited flow and a flow's last bytes packet by packet: an upper bound, as
 back by its NIC every `ack_packets` packets, 16 KiB, `UecSink::shouldSack`); a NACK (trim)
 removes its bytes from W and arms quick adapt until it fires (W = bytes ACKed in the last
 base RTT + target, when below maxwnd / 8, at the end of that interval, armed or with a delay
-past 4 targets then; the intervals start at the flow's first ACK or NACK);
+past 4 targets then; the intervals start at the flow's first ACK or NACK). Where quick adapt
+leaves a flow its NIC holds back below its packets in flight, fewer than an ACK's run, and the
+receiver holds back the last one's ACK (unmarked and not a run's last: drawn with that chance
+from the run's key), nothing comes back and the window lets nothing go: the flow stops until
+its timer fires, `rto` after that packet left (half an RTT before), and sends it again, a
+duplicate (an ACK stall: htsim's slowest all-to-all flows, bench/fidelity);
 W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top. The
 delays compared with the target are those of the marked and of the unmarked ACKs apart
 (share-weighted over the slots), as each ACK carries its own path's delay.
@@ -115,6 +120,7 @@ TINY = 1e-30
 TAIL_STREAM = 1 << 30   # the tail trims' draws: the run's key folded with this, then the step
 DUP_STREAM = TAIL_STREAM + 1  # the twice-sent packets' draws, likewise
 TRIM_STREAM = TAIL_STREAM + 2  # the fluid queue's trims, likewise
+STALL_STREAM = TAIL_STREAM + 3  # whether quick adapt leaves a packet's ACK held back, likewise
 MIN_THROUGH = 0.1      # the rate cap of a flow's last bytes assumes at least this gets through
 LAST_BYTE = 1.0        # a flow with less than a wire byte left is done
 NACK_DECREASE = 1.0    # a NACK takes its bytes off the window (htsim's rule)
@@ -127,6 +133,7 @@ BITMAP_NACK = 4.0      # htsim's bitmap: a NACK's penalty in skipped visits (an 
 NIC_BISECTIONS = 14    # halvings of the NIC's fair level (to 2^-14 of its log range)
 NIC_WINDOW_WAIT = True  # a window-limited flow also waits for its turn at the NIC
 SPURIOUS_TIMEOUTS = True  # a timer that fires before a held-back ACK sends a packet twice
+ACK_STALLS = True      # quick adapt below a held-back ACK stops the flow until its timer fires
 ACK_RUN_MAX = 8        # the longest run of packets between two ACKs the model follows
 PACKET_TRIMS = True    # the packet queue's tail trims (whole packets, at random)
 MARK_SPREAD = True     # an empty fluid queue's marks: RED over the packet queue's spread
@@ -166,7 +173,8 @@ class Dynamic(NamedTuple):
     (its queueing delay included; propagation is the host's), inf if unfinished.
     delivered, trimmed, duplicated: float32[F] wire bytes delivered (equals the flow's bytes
     when it finishes), trimmed (then sent again) and delivered twice (a spurious timeout's
-    duplicates). link_bytes: float32[L] bytes each link carried. max_fill: float32[L] the
+    duplicates). stalls: float32[F] the flow's ACK stalls (quick adapt left it waiting for its
+    timer). link_bytes: float32[L] bytes each link carried. max_fill: float32[L] the
     largest Q / B each link reached. steps: int32. status: int32 Status flags (EVENT_LIMIT:
     `max_steps` reached with bytes left). series: float32[RECORDS, 3] per record interval:
     the largest queue fill Q / B, the throughput (bytes/s delivered) and the flows still
@@ -176,6 +184,7 @@ class Dynamic(NamedTuple):
     delivered: jax.Array
     trimmed: jax.Array
     duplicated: jax.Array
+    stalls: jax.Array
     link_bytes: jax.Array
     max_fill: jax.Array
     steps: jax.Array
@@ -196,6 +205,8 @@ class _State(NamedTuple):
     qa_trigger: jax.Array
     owed: jax.Array         # bytes of packets the queue tail trimmed, still to be taken
     dup_owed: jax.Array     # bytes of packets the timer sends twice, still to be taken
+    stall: jax.Array        # s: the flow sends nothing before this (its window waits for an
+                            # ACK the receiver holds back, until the timer fires)
     echoes: jax.Array       # [ack_lag + 1, 2, F] bytes delivered, trimmed; newest at
                             # `step % (ack_lag + 1)`
     share: jax.Array
@@ -206,6 +217,7 @@ class _State(NamedTuple):
     delivered: jax.Array
     trimmed: jax.Array
     duplicated: jax.Array
+    stalls: jax.Array
     link_bytes: jax.Array
     max_fill: jax.Array
     series: jax.Array
@@ -387,6 +399,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     tail_key = jax.random.fold_in(key, TAIL_STREAM)
     dup_key = jax.random.fold_in(key, DUP_STREAM)
     trim_key = jax.random.fold_in(key, TRIM_STREAM)
+    stall_key = jax.random.fold_in(key, STALL_STREAM)
     cap_dt = capacity * dt
     live_f = live.astype(jnp.float32)
     n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
@@ -403,12 +416,13 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         since_dec=jnp.full(num_flows, jnp.inf), marks=jnp.zeros(num_flows),
         achieved=jnp.zeros(num_flows), qa_clock=jnp.full(num_flows, jnp.inf),
         qa_trigger=jnp.zeros(num_flows, bool), owed=jnp.zeros(num_flows),
-        dup_owed=jnp.zeros(num_flows),
+        dup_owed=jnp.zeros(num_flows), stall=jnp.zeros(num_flows),
         echoes=jnp.zeros((ack_lag + 1, 2, num_flows)), share=share,
         queue=jnp.zeros(num_links), forward=jnp.ones(num_links),
         history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
         finish=jnp.where(size > 0, jnp.inf, start), delivered=jnp.zeros(num_flows),
         trimmed=jnp.zeros(num_flows), duplicated=jnp.zeros(num_flows),
+        stalls=jnp.zeros(num_flows),
         link_bytes=jnp.zeros(num_links),
         max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)))
 
@@ -418,13 +432,15 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     def body(s: _State) -> _State:
         now = s.step.astype(jnp.float32) * dt
         sending = (s.remaining > 0) & (start <= now)
+        # a stalled flow is out of its NIC's round robin until its timer fires
+        active = sending & (now >= s.stall)
         # what the sender knows: the link signals `lag` steps ago
         seen = s.history[(s.step + 1) % (lag + 1)]
         seen_delay, seen_mark, seen_pass = _path(seen[links])
         delay_f = (s.share * seen_delay).sum(1)
         rtt = base_rtt + delay_f
         # the NIC's round robin, a packet per turn to each flow its window lets send
-        uncapped, held = nic_round_robin(s.window, rtt, sending, src, nic, p.pkt, num_gpus)
+        uncapped, held = nic_round_robin(s.window, rtt, active, src, nic, p.pkt, num_gpus)
         # never much past what is left: the last step sends what should get through
         through_seen = (s.share * seen_pass).sum(1)
         clean = s.share * seen_pass
@@ -606,7 +622,25 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         due = (now >= s.qa_clock) | first
         adapt = (QUICK_ADAPT & due & ~first & (armed | (delay_f > 4.0 * p.target)) &
                  (achieved < max_window / 8.0))
-        window = jnp.where(adapt, jnp.maximum(achieved, p.mtu), window)
+        adapted = jnp.maximum(achieved, p.mtu)
+        window = jnp.where(adapt, adapted, window)
+        # the cut can leave the window below what is in flight: a flow its NIC holds back,
+        # its window well above what it has in flight, sends no packet that asks for an ACK
+        # at once (the AR flag goes on a packet that fills the window), so where the receiver
+        # holds back the last one's (neither marked nor the run's last) and no more are on
+        # the way to end the run (fewer in flight than `ack_packets`: a flow its NIC paces
+        # slowly), nothing comes back and nothing may be sent until the timer fires, `rto`
+        # after that packet left (about half an RTT before the ACK that ran quick adapt);
+        # then the packet goes again, a duplicate (uec.cpp: `can_send_NSCC`,
+        # `UecSrc::sendNewPacket`, `UecSink::shouldSack`)
+        in_flight = p.pkt + rate * rtt
+        held_ack = (1.0 - mark_f) * (1.0 - 1.0 / per_ack)
+        stalls = (ACK_STALLS & adapt & (per_ack > 1.0) & (in_flight < per_ack * p.pkt) &
+                  (adapted < in_flight + p.pkt) & (s.window >= in_flight + p.pkt) &
+                  (jax.random.uniform(jax.random.fold_in(stall_key, s.step), (num_flows,))
+                   < held_ack))
+        stall = jnp.where(stalls, now + dt + p.rto - 0.5 * rtt, s.stall)
+        dup_owed = dup_owed + jnp.where(stalls, p.pkt, 0.0)
         achieved = jnp.where(due, 0.0, achieved)
         trigger = armed & ~adapt
         qa_clock = jnp.where(due, now + base_rtt + p.target, s.qa_clock)
@@ -649,11 +683,13 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             step=s.step + 1, remaining=remaining, window=window, avg_delay=avg,
             fi_count=fi_count,
             since_dec=since_dec, marks=marks, achieved=achieved, qa_clock=qa_clock,
-            qa_trigger=trigger, owed=owed, dup_owed=dup_owed, echoes=echoes, share=share,
+            qa_trigger=trigger, owed=owed, dup_owed=dup_owed, stall=stall, echoes=echoes,
+            share=share,
             queue=queue,
             forward=forward, history=history,
             finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
-            duplicated=s.duplicated + dup_bytes, link_bytes=link_bytes,
+            duplicated=s.duplicated + dup_bytes,
+            stalls=s.stalls + stalls.astype(jnp.float32), link_bytes=link_bytes,
             max_fill=jnp.maximum(s.max_fill, fill),
             series=s.series.at[slot].set(row))
 
@@ -661,6 +697,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     status = jnp.where(jnp.any(out.remaining > 0), jnp.int32(int(Status.EVENT_LIMIT)),
                        jnp.int32(0))
     return Dynamic(finish=out.finish, delivered=out.delivered, trimmed=out.trimmed,
-                   duplicated=out.duplicated, link_bytes=out.link_bytes[:-1],
+                   duplicated=out.duplicated, stalls=out.stalls,
+                   link_bytes=out.link_bytes[:-1],
                    max_fill=out.max_fill[:-1],
                    steps=out.step, status=status, series=out.series)
