@@ -753,6 +753,19 @@ def run_case(case, params, *, ev_rule="fixed", lag=2, ack_lag=3):
         params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
 
 
+def reference_case(case, params, *, steps):
+    """`reference` on a hand-built case with `run_case`'s settings (fixed split, lag 2, ACK
+    lag 3) and `params`' seed."""
+    p = {k: float(v) for k, v in params._asdict().items()
+         if k not in ("max_steps", "stride", "seed")}
+    return reference(
+        **{k: case[k] for k in ("links", "share", "live", "size", "start", "src", "nic")},
+        base_rtt=case["base_rtt"], max_window=case["max_window"], capacity=case["capacity"],
+        buffer=case["buffer"], kmin=case["kmin"], kmax=case["kmax"],
+        multiplexed=case["multiplexed"], p=p, ev_rule="fixed", lag=2, ack_lag=3, steps=steps,
+        p_seed=int(params.seed))
+
+
 def test_a_link_passes_on_no_more_than_it_got():
     """A queue that drains while the flows through it change (one ends with its bytes still
     queued, another starts, slower): the next link carries what the first passed on, not
@@ -837,14 +850,8 @@ def test_the_packet_tail_matches_the_numpy_reference():
     steps = 200
     params = one_path_params(4160.0, steps)
     out = run_case(case, params)
-    p = {k: float(v) for k, v in params._asdict().items()
-         if k not in ("max_steps", "stride", "seed")}
-    delivered, trimmed, duplicated, link_bytes, finish, tail_trims, stalls = reference(
-        **{k: case[k] for k in ("links", "share", "live", "size", "start", "src", "nic")},
-        base_rtt=case["base_rtt"], max_window=case["max_window"], capacity=case["capacity"],
-        buffer=case["buffer"], kmin=case["kmin"], kmax=case["kmax"],
-        multiplexed=case["multiplexed"], p=p, ev_rule="fixed", lag=2, ack_lag=3, steps=steps,
-        p_seed=int(params.seed))
+    delivered, trimmed, duplicated, link_bytes, finish, tail_trims, stalls = reference_case(
+        case, params, steps=steps)
     assert tail_trims > 4160.0 and tail_trims == pytest.approx(trimmed.sum())
     np.testing.assert_allclose(np.asarray(out.trimmed), trimmed, rtol=2e-3, atol=64)
     np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
@@ -994,7 +1001,7 @@ def stall_case(flows=8):
     buffer = np.r_[4 * pkt, np.full(flows, 400 * pkt), np.inf]
     return dict(links=links, share=np.ones((flows, 1)), live=np.ones((flows, 1), bool),
                 size=np.full(flows, 60 * pkt), start=np.zeros(flows),
-                src=np.zeros(flows, np.int32), nic=np.array([nic_rate]),
+                src=np.zeros(flows, np.int32), nic=np.full(flows, nic_rate),  # all on GPU 0
                 base_rtt=np.full(flows, rtt), max_window=np.full(flows, 1.5 * rtt * nic_rate),
                 capacity=capacity, buffer=buffer, kmin=np.r_[2 * buffer[:-1], 1e30],
                 kmax=np.r_[3 * buffer[:-1], 2e30], multiplexed=np.r_[np.ones(flows + 1), 0.0])
@@ -1005,32 +1012,15 @@ def stall_params(steps):
     return one_path_params(4160.0, steps)._replace(rto=np.float32(30e-6))
 
 
-def run_stall_case(case, params):
-    """`simulate_dynamic` on `stall_case`: its NIC serves all its flows (num_gpus 1)."""
-    f32 = np.float32
-    c = {k: (v.astype(f32) if v.dtype == np.float64 else v) for k, v in case.items()}
-    return dyn.simulate_dynamic(
-        c["links"], c["share"], c["live"], c["size"], c["start"], c["src"], c["nic"], 1,
-        c["base_rtt"], c["max_window"], c["capacity"], c["buffer"], c["kmin"], c["kmax"],
-        c["multiplexed"], *flow_link_pairs(c["links"], c["capacity"].size - 1), params,
-        ev_rule="fixed", lag=2, ack_lag=3)
-
-
 def test_an_ack_stall_matches_the_numpy_reference():
     """Quick adapt on flows their NIC holds back, some of which then wait for their timers:
     the step matches the reference's, stalls included."""
     case = stall_case()
     steps = 160
     params = stall_params(steps)
-    out = run_stall_case(case, params)
-    p = {k: float(v) for k, v in params._asdict().items()
-         if k not in ("max_steps", "stride", "seed")}
-    delivered, trimmed, duplicated, link_bytes, finish, _, stalls = reference(
-        **{k: case[k] for k in ("links", "share", "live", "size", "start", "src", "nic")},
-        base_rtt=case["base_rtt"], max_window=case["max_window"], capacity=case["capacity"],
-        buffer=case["buffer"], kmin=case["kmin"], kmax=case["kmax"],
-        multiplexed=case["multiplexed"], p=p, ev_rule="fixed", lag=2, ack_lag=3, steps=steps,
-        p_seed=int(params.seed))
+    out = run_case(case, params)
+    delivered, trimmed, duplicated, link_bytes, finish, _, stalls = reference_case(
+        case, params, steps=steps)
     assert stalls > 0                                  # the path is exercised
     assert float(np.asarray(out.stalls).sum()) == stalls
     np.testing.assert_allclose(np.asarray(out.delivered), delivered, rtol=2e-3, atol=64)
@@ -1047,9 +1037,9 @@ def test_an_ack_stall_costs_one_duplicate_and_no_byte(monkeypatch):
     shared queue's random trims, which the stalls move: the mechanics are the reference's.)"""
     case = stall_case()
     params = stall_params(20_000)
-    with_stall = run_stall_case(case, params)
+    with_stall = run_case(case, params)
     monkeypatch.setattr(dyn, "ACK_STALLS", False)
-    without = run_stall_case(case, params)
+    without = run_case(case, params)
     for out in (with_stall, without):
         assert int(out.status) == 0
         np.testing.assert_allclose(np.asarray(out.delivered), case["size"], rtol=1e-5)

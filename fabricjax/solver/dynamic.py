@@ -92,11 +92,12 @@ back by its NIC every `ack_packets` packets, 16 KiB, `UecSink::shouldSack`); a N
 removes its bytes from W and arms quick adapt until it fires (W = bytes ACKed in the last
 base RTT + target, when below maxwnd / 8, at the end of that interval, armed or with a delay
 past 4 targets then; the intervals start at the flow's first ACK or NACK). Where quick adapt
-leaves a flow its NIC holds back below its packets in flight, fewer than an ACK's run, and the
-receiver holds back the last one's ACK (unmarked and not a run's last: drawn with that chance
-from the run's key), nothing comes back and the window lets nothing go: the flow stops until
-its timer fires, `rto` after that packet left (half an RTT before), and sends it again, a
-duplicate (an ACK stall: htsim's slowest all-to-all flows, bench/fidelity);
+cuts a flow its NIC holds back from above its packets in flight (so none asked for an ACK at
+once) to below them, fewer than an ACK's run, and the receiver holds back the last one's ACK
+(unmarked and not a run's last: drawn with that chance from the run's key), nothing comes back
+and the window lets nothing go: the flow stops until its timer fires, `rto` after that packet
+left (half an RTT before), and sends it again, a duplicate (an ACK stall: htsim's slowest
+all-to-all flows, bench/fidelity; counted per flow in `stalls`);
 W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the top. The
 delays compared with the target are those of the marked and of the unmarked ACKs apart
 (share-weighted over the slots), as each ACK carries its own path's delay.
