@@ -130,6 +130,10 @@ def test_bytes_conserved_and_queues_bounded(congested, policy):
     np.testing.assert_allclose(out.delivered_bytes, out.size_bytes, rtol=1e-5)
     assert out.max_fill <= 1.0 + 1e-5
     assert np.all(out.link_fill <= 1.0 + 1e-5)
+    # one count per flow (ECMP's QPs summed); none here: a permutation's flows are not paced
+    # slowly enough by their NICs to stall on a held-back ACK
+    assert out.ack_stalls.shape == out.fct_s.shape and out.ack_stalls.dtype.kind == "i"
+    assert not out.ack_stalls.any()
 
 
 def test_the_congested_case_exercises_trimming(congested):
