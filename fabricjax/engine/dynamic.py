@@ -300,7 +300,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     delivered = np.asarray(out.delivered, np.float64)
     trimmed = np.asarray(out.trimmed, np.float64)
     duplicated = np.asarray(out.duplicated, np.float64)
-    stalls = np.rint(np.asarray(out.stalls, np.float64)).astype(np.int64)
+    stalls = np.asarray(out.stalls, np.int64)
     start = relative_starts(flows)
     if connections:
         last = np.argmax(finish.reshape(num_flows, num_slots), axis=1)   # its slowest QP

@@ -174,7 +174,7 @@ class Dynamic(NamedTuple):
     (its queueing delay included; propagation is the host's), inf if unfinished.
     delivered, trimmed, duplicated: float32[F] wire bytes delivered (equals the flow's bytes
     when it finishes), trimmed (then sent again) and delivered twice (a spurious timeout's
-    duplicates). stalls: float32[F] the flow's ACK stalls (quick adapt left it waiting for its
+    duplicates). stalls: int32[F] the flow's ACK stalls (quick adapt left it waiting for its
     timer). link_bytes: float32[L] bytes each link carried. max_fill: float32[L] the
     largest Q / B each link reached. steps: int32. status: int32 Status flags (EVENT_LIMIT:
     `max_steps` reached with bytes left). series: float32[RECORDS, 3] per record interval:
@@ -423,7 +423,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
         finish=jnp.where(size > 0, jnp.inf, start), delivered=jnp.zeros(num_flows),
         trimmed=jnp.zeros(num_flows), duplicated=jnp.zeros(num_flows),
-        stalls=jnp.zeros(num_flows),
+        stalls=jnp.zeros(num_flows, jnp.int32),
         link_bytes=jnp.zeros(num_links),
         max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)))
 
@@ -690,7 +690,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
             forward=forward, history=history,
             finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
             duplicated=s.duplicated + dup_bytes,
-            stalls=s.stalls + stalls.astype(jnp.float32), link_bytes=link_bytes,
+            stalls=s.stalls + stalls, link_bytes=link_bytes,
             max_fill=jnp.maximum(s.max_fill, fill),
             series=s.series.at[slot].set(row))
 
