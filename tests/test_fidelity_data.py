@@ -276,24 +276,29 @@ def test_run_htsim_takes_each_cases_own_matrices_only(matrices):
             f"{case}_s{seed}.cm" for seed in seeds), case
 
 
-def test_one_turn_runs_are_the_matrices_flows_under_their_own_switch(matrices):
-    """The one-turn patch is applied by build_htsim.sh and does nothing unless run_htsim.sh's
-    ONE_TURN exports its switch; every committed one-turn run holds its matrix's flows, and
-    compare.py --one-turn reads them from results/one_turn/."""
+def test_the_reference_runs_with_the_nics_turns_fixed_and_double_turn_runs_beside(matrices):
+    """The one-turn patch is applied by build_htsim.sh and does nothing unless its switch is
+    exported, which run_htsim.sh does on every run but a DOUBLE_TURN one. Every committed
+    double-turn run (htsim's NIC as pinned) holds its matrix's flows, has a reference run of
+    the same name, and ends some flow at another time than it (else it tells nothing)."""
     patch = (FIDELITY / "htsim_one_turn.patch").read_text()
     assert set(re.findall(r'getenv\("(HTSIM_\w+)"\)', patch)) == {"HTSIM_ONE_TURN"}
     assert "htsim_one_turn.patch" in (FIDELITY / "build_htsim.sh").read_text()
-    assert "export HTSIM_ONE_TURN=1" in (FIDELITY / "run_htsim.sh").read_text()
+    script = (FIDELITY / "run_htsim.sh").read_text()
+    assert 'if [ -z "${DOUBLE_TURN:-}" ]; then export HTSIM_ONE_TURN=1; fi' in script
     compare = _module("compare")
-    runs = sorted((FIDELITY / "results" / "one_turn").glob("*.csv.gz"))
+    runs = sorted((FIDELITY / "results" / "double_turn").glob("*.csv.gz"))
     assert runs
     for path in runs:
         m = re.fullmatch(r"(.+)_(ecmp|spray|mrc_reps|mrc_bitmap)_s(\d)\.csv\.gz", path.name)
         assert m and m[1] in matrices.CASES, path.name
-        assert compare.result_path(m[1], m[2], int(m[3]), "one_turn") == path
+        assert compare.result_path(m[1], m[2], int(m[3]), "double_turn") == path
         conns = _read_matrix(FIDELITY / "matrices" / f"{m[1]}_s{m[3]}.cm")
-        fcts = compare.read_fcts(path)
-        assert len(fcts) == len(conns) and np.all(fcts > 0), path.name
+        pinned = _fcts(path)
+        reference = _fcts(compare.result_path(m[1], m[2], int(m[3])))
+        assert [row[:3] for row in pinned] == [conns[fid] for fid in sorted(conns)], path.name
+        assert [row[:3] for row in reference] == [row[:3] for row in pinned], path.name
+        assert [row[3] for row in reference] != [row[3] for row in pinned], path.name
 
 
 def test_ev_paths_puts_each_ev_on_the_path_htsim_named(tmp_path):

@@ -16,9 +16,11 @@
 #             the same fabric, other hash salts and random draws. Results go to
 #             results/reseed/<case>_<policy>_s1_r<seed>.csv.gz (spread.py reads them): how
 #             far htsim's own quantiles move from run to run, the noise under a target.
-#   ONE_TURN  set: htsim with its NIC's double turn removed (htsim_one_turn.patch: a flow whose
-#             timer fires while it waits in the NIC's FIFO is not queued there twice; HTSIM.md,
-#             "One turn"). Results go to results/one_turn/ (compare.py --one-turn reads them).
+#   DOUBLE_TURN  set: htsim's NIC as the pinned commit has it, a flow whose timer fires while
+#             it waits in the NIC's FIFO queued there a second time. Unset (the calibration's
+#             reference), every run exports HTSIM_ONE_TURN: htsim_one_turn.patch applies the
+#             guard htsim's own sendIfPermitted has (HTSIM.md, "One turn"). Results go to
+#             results/double_turn/ (compare.py prints them beside the reference's rows).
 #   STATS     set: htsim counts where and when packets are trimmed, every flow's resends,
 #             timeouts, NACKs and ACKs, and REPS's EV sources (htsim_transport_stats.patch; no event
 #             changes). The CSVs go to LOGS beside the logs, not to results/;
@@ -56,7 +58,7 @@ MTU=4160
 END_US=100000
 mkdir -p "$HERE/results" "$HERE/routes" "$LOGS"
 [ -z "${RESEED:-}" ] || mkdir -p "$HERE/results/reseed"
-[ -z "${ONE_TURN:-}" ] || mkdir -p "$HERE/results/one_turn"
+[ -z "${DOUBLE_TURN:-}" ] || mkdir -p "$HERE/results/double_turn"
 [ -x "$HTSIM" ] || { echo "no htsim_uec at $HTSIM" >&2; exit 2; }
 
 topology() {    # case -> topology file [extra flags]
@@ -162,7 +164,7 @@ run_one() {     # name matrix seed policy planes -> one htsim run; sets $log, $s
     # machine shared with other jobs inflates far less than the wall time
     local TIMEFORMAT='%R %U %S' timing
     timing=$( { time { (cd "$scratch" && if [ "$policy" = ecmp ]; then export HTSIM_ROUTES=1; fi
-                              if [ -n "${ONE_TURN:-}" ]; then export HTSIM_ONE_TURN=1; fi
+                              if [ -z "${DOUBLE_TURN:-}" ]; then export HTSIM_ONE_TURN=1; fi
                               if [ -n "${STATS:-}" ]; then
                                   export HTSIM_TRIM_STATS=1 HTSIM_FLOW_STATS=1 HTSIM_REPS_STATS=1
                                   if [ -n "${EV_ROUTES:-}" ]; then export HTSIM_EV_ROUTES=1; fi
@@ -200,7 +202,7 @@ for case in "${CASES[@]}"; do
                 for again in $RESEED; do runs+=("1 $again reseed/"); done
             fi
         elif [ -z "${SEEDS:-}" ] || [[ " $SEEDS " == *" $seed "* ]]; then
-            runs+=("$seed $seed ${ONE_TURN:+one_turn/}")
+            runs+=("$seed $seed ${DOUBLE_TURN:+double_turn/}")
         fi
     done
     for run in "${runs[@]}"; do
