@@ -26,6 +26,9 @@ from fabricjax.core.units import parse_rate_gbps, parse_size
 MIN_RATE_GBPS, MAX_RATE_GBPS = 1e-3, 1e5
 MAX_SIZE_BYTES = 2.0**60
 MAX_LINK_ID = 2**31 - 2   # link ids and the sentinel (one past the last link) are int32
+# candidate paths per GPU pair on a stored-path fabric: a k = 64 fat tree's (k/2)^2 = 1024
+# equal-cost set between pods, at most
+MAX_PATHS = 1024
 COLLECTIVES = ("permutation", "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                "incast", "send-recv", "traffic", "training", "chakra")
 PLACEMENTS = ("contiguous", "random", "strided", "explicit")
@@ -108,8 +111,12 @@ class FabricConfig(Strict):
         "capacity_gbps'), relative to the scenario's folder."))
     format: Literal["auto", "graphml", "edgelist"] = Field(
         "auto", description="The format of `file` (auto: by its name).")
-    paths: int = Field(8, ge=1, le=1024, description="kind fat-tree and graph: up to this "
-                       "many shortest candidate paths per GPU pair.")
+    paths: int | None = Field(None, ge=1, le=MAX_PATHS, description=(
+        "kind fat-tree and graph: candidate paths per GPU pair, an even sample of its "
+        "equal-cost set where that is larger (a graph file's pairs with fewer add the next "
+        "shortest). Default: the fabric's largest equal-cost set, up to 1024, so every pair "
+        "uses every shortest path it has; a smaller value caps pairs below their set and "
+        "the report warns with the figure."))
     gpus_per_server: int = Field(8, ge=1, le=1024, description=(
         "GPUs per server: GPUs g*k .. g*k+g-1 share server k."))
     scaleup_gbps: float = Field(0.0, ge=0.0, le=MAX_RATE_GBPS, description=(
@@ -483,7 +490,10 @@ class FailureKindConfig(Strict):
 
 
 class SwitchFailureConfig(FailureKindConfig):
-    """Whole switches (every link of the switch): `tier` restricts the random draws."""
+    """Whole switches as built (every link of the switch): `tier` restricts the random draws.
+    A Clos's T1 below full size is a physical spine that takes a bundle of every T0's
+    uplinks (`fabricjax topo` counts them), so a T1 down costs each T0 of its plane that
+    bundle."""
 
     tier: Literal["t0", "t1", "any"] = Field("any", description=(
         "The tier the random draws come from."))
@@ -526,6 +536,10 @@ class FailuresConfig(Strict):
     chunk: int | None = Field(None, ge=1, le=1_000_000, description=(
         "Failure sets per device call (default: 16 on a CPU, sized to an accelerator's "
         "memory); never changes a result."))
+    detail: Literal["summary", "full"] = Field("summary", description=(
+        "What each failure set's record names: summary (its first 16 failed components and "
+        "how many there are, so a study of many sets stays a few MB) or full (every failed "
+        "component, as many as a probability draws; write --json NAME.json.gz to compress)."))
 
     @property
     def kinds(self) -> dict[str, FailureKindConfig]:

@@ -26,8 +26,8 @@ from fabricjax.config import Scenario
 from fabricjax.core.status import Status, status_text
 from fabricjax.engine.batch import STALLED_SHOWN
 from fabricjax.engine.phase import PhaseOutcome, slot_links_host
-from fabricjax.engine.plan import (PROGRESSIVE_AUTO_FLOWS, PROGRESSIVE_AUTO_LIMIT,
-                                   simulate_phase)
+from fabricjax.engine.plan import (COMPONENTS_SHOWN, PROGRESSIVE_AUTO_FLOWS,
+                                   PROGRESSIVE_AUTO_LIMIT, simulate_phase)
 from fabricjax.engine.timing import (endpoint_bound_time_s, fabric_end_s, line_rate_time_s,
                                      phase_duration_s, relative_starts, transport_latency_s,
                                      wire_factor)
@@ -277,6 +277,7 @@ def set_records(policy: str, collective: Collective, results: list,
     computed chunk by chunk (or read back from a stream) are the records of one call over every
     set."""
     cfg = scenario.failures
+    full_detail = cfg.detail == "full"
     B = int(results[0].stats.shape[0])
     p100 = np.stack([r.stats[:, 0, -1] for r in results], axis=1)          # [C, phases]
     busiest = np.argmax(p100, axis=1)
@@ -323,7 +324,9 @@ def set_records(policy: str, collective: Collective, results: list,
             "policy": policy,
             "workload": collective.name,
             "failure_set": first + b,
-            "components": batch.names[first + b],
+            "components": (batch.names[first + b] if full_detail
+                           else batch.names[first + b][:COMPONENTS_SHOWN]),
+            "components_total": len(batch.names[first + b]),
             "p100_utilisation": float(stats[b, 0, -1]),
             "p100_by_tier": {t: float(stats[b, i + 1, -1])
                              for i, t in enumerate(fabric.tier_names)},
@@ -377,6 +380,8 @@ def failure_summary(policy: str, workload: str, records: list[dict],
         stalled_sets=int(np.sum(~finished)),
         worst_set=int(records[worst]["failure_set"]),
         worst_set_components=records[worst]["components"],
+        worst_set_components_total=int(records[worst].get(
+            "components_total", len(records[worst]["components"]))),
         top_p100_links=[{"link": n, "sets": c} for n, c in counts.most_common(5)],
         window_s=window,
         sets_hit=int(np.sum(affected > 0)),

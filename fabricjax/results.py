@@ -120,7 +120,7 @@ class FailureSummary:
     fabric_slowdown: dict | None        # completion / the endpoint-bound time
     stalled_sets: int                   # sets in which some flow has no live path
     worst_set: int                      # index of the worst set (stalled first, then slowest)
-    worst_set_components: list
+    worst_set_components: list          # its first names (all with failures.detail: full)
     top_p100_links: list                # [{link, sets}]: links that most often set the P100
     window_s: float | None              # reaction window of the policy (None: no transient)
     sets_hit: int                       # sets in which some flow lost bytes (transient)
@@ -129,6 +129,7 @@ class FailureSummary:
     crashed_sets: int
     gpu_seconds_lost_mean: float | None
     status: str                         # flags seen in any set
+    worst_set_components_total: int = 0  # how many components the worst set failed
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -143,8 +143,19 @@ def test_the_scenario_reference_covers_every_field():
     page = reference.scenario_reference()
     sections = [schema, *schema["$defs"].values()]
     for section in sections:
-        for name in section.get("properties", {}):
+        for name in reference.object_schema(section).get("properties", {}):
             assert f"| `{name}` |" in page, name
+    # the policies' own sections (`mrc: {evs: 128}`) have theirs too
+    for policy in ("ecmp", "spray", "mrc", "optimal"):
+        assert f"### `{policy}`" in page and f"| `{policy}` |" in page
+
+
+def test_no_section_of_the_scenario_reference_has_an_empty_field_table():
+    page = reference.scenario_reference()
+    for block in page.split("\n### ")[1:]:
+        title = block.splitlines()[0]
+        rows = [line for line in block.splitlines() if line.startswith("| `")]
+        assert rows or "Allowed values: `" in block, f"empty field table: {title}"
 
 
 def test_the_cli_reference_covers_every_option():

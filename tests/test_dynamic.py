@@ -20,6 +20,7 @@ import pytest
 from fabricjax.engine.dynamic import (base_rtt_s, flow_link_pairs, packet_bytes,
                                       solve_dynamic_phase)
 from fabricjax.engine import dynamic as dynamic_engine
+from fabricjax.engine import plan
 from fabricjax.engine.timing import transport_latency_s
 from fabricjax.fabric.build import build
 from fabricjax.policies import get as get_policy
@@ -169,10 +170,10 @@ def test_the_memory_estimate_keeps_the_lags_link_signals_and_echoes():
     sc = scenario()
     policy = get_policy("spray")
     links, flows = 50_000, 64
-    coarse = dynamic_engine.dynamic_memory(flows, 8, 4, links, lag=4, ack_lag=8)
-    fine = dynamic_engine.dynamic_memory(flows, 8, 4, links, lag=32, ack_lag=64)
-    assert fine - coarse == (28 * (links + 1) * dynamic_engine.BYTES_PER_LINK_SIGNAL +
-                             56 * flows * dynamic_engine.BYTES_PER_FLOW_ECHO)
+    coarse = plan.dynamic_memory(flows, 8, 4, links, lag=4, ack_lag=8)
+    fine = plan.dynamic_memory(flows, 8, 4, links, lag=32, ack_lag=64)
+    assert fine - coarse == (28 * (links + 1) * plan.BYTES_PER_LINK_SIGNAL +
+                             56 * flows * plan.BYTES_PER_FLOW_ECHO)
     assert dynamic_engine.check_dynamic_memory(flows, 8, 4, coarse, policy, sc, links,
                                                4, 8) == coarse
     with pytest.raises(Exception, match="would fit"):

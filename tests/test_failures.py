@@ -107,6 +107,12 @@ class Ref:
         assert set(self.link_of) == set(self.graph.edges)
         self.num_links = len(self.edges)
         self._paths: dict = {}
+        # T1s as built: the fewest whose ports take every T0 uplink, rounded up to a divisor
+        # of the uplinks, so that each takes an equal bundle from every T0
+        uplinks = gg["t0s"] * gg["spines"]
+        built = next(n for n in range(1, gg["spines"] + 1)
+                     if n * cfg.radix >= uplinks and gg["spines"] % n == 0)
+        self.t1_bundle = gg["spines"] // built
 
     def gpu_t0(self, gpu: int, plane: int):
         (t0,) = [v for v in self.graph.successors(("gpu", gpu))
@@ -119,9 +125,16 @@ class Ref:
         if m := re.fullmatch(r"plane(\d+)", name):
             p = int(m.group(1))
             edges = {e for e in graph.edges if graph.edges[e]["plane"] == p}
-        elif m := re.fullmatch(r"plane(\d+)/(t0|t1)-(\d+)", name):
-            node = (m.group(2), int(m.group(1)), int(m.group(3)))
+        elif m := re.fullmatch(r"plane(\d+)/t0-(\d+)", name):
+            node = ("t0", int(m.group(1)), int(m.group(2)))
             edges = set(graph.in_edges(node)) | set(graph.out_edges(node))
+        elif m := re.fullmatch(r"plane(\d+)/t1-(\d+)", name):
+            # a physical T1: the `t1_bundle` consecutive logical spines (T0 uplinks) it takes
+            p, j = int(m.group(1)), int(m.group(2))
+            edges = set()
+            for c in range(self.t1_bundle):
+                node = ("t1", p, j * self.t1_bundle + c)
+                edges |= set(graph.in_edges(node)) | set(graph.out_edges(node))
         elif m := re.fullmatch(r"plane(\d+)/gpu(\d+)", name):
             gpu = ("gpu", int(m.group(2)))
             t0 = self.gpu_t0(int(m.group(2)), int(m.group(1)))
@@ -221,7 +234,8 @@ def batched(policy: str, chunk: int, batch: FailureBatch, world, key: str = "mix
 
 # --------------------------------------------------------------------------- 1. names
 
-NAMES_FABRIC = {"gpus": 64, "planes": 4, "radix": 16}   # 4 planes, 8 T0s, 8 spines
+# 4 planes, 8 T0s, 8 logical spines (T0 uplinks) on 4 physical T1s of 2 cables to each T0
+NAMES_FABRIC = {"gpus": 64, "planes": 4, "radix": 16}
 
 
 @pytest.fixture(scope="module")
@@ -238,14 +252,16 @@ def test_cable_names_round_trip(names_fabric):
     for link in range(g.tier_starts[1], g.tier_starts[3]):      # every fabric link, both ways
         name = fabric.link_name(link)
         up = re.fullmatch(r"plane(\d+)/t0-(\d+)/up(\d+)", name)
-        down = re.fullmatch(r"plane(\d+)/t1-(\d+)/down(\d+)", name)
+        down = re.fullmatch(r"plane(\d+)/t1-(\d+)/down(\d+)#(\d+)", name)
         assert up or down, name
         # the name agrees with the documented node numbering of the link's ends
         if up:
             p, t, s = (int(x) for x in up.groups())
             assert (src[link], dst[link]) == (N + p * T + t, N + P * T + p * S + s)
-        else:
-            p, s, t = (int(x) for x in down.groups())
+        else:       # physical T1 j, cable c of its bundle: logical spine j * b + c
+            p, j, t, c = (int(x) for x in down.groups())
+            assert j < g.t1_switches and c < g.spine_bundle == 2
+            s = j * g.spine_bundle + c
             assert (src[link], dst[link]) == (N + P * T + p * S + s, N + p * T + t)
         component = parse_component(g, "links", name, "failures.links.names[0]")
         a, b = src[link], dst[link]
@@ -285,11 +301,12 @@ def test_switch_names(names_fabric):
     fabric = names_fabric
     g = fabric.geometry
     N, P, T, S = g.gpus, g.planes, g.t0s, g.spines
-    t1 = parse_component(g, "switches", "plane2/t1-4", "f")
-    assert t1.nodes == (N + P * T + 2 * S + 4,) and t1.links == ()
-    # that node's incoming links are exactly the uplinks named .../up4 of plane 2
-    into = {fabric.link_name(l) for l in np.flatnonzero(fabric.link_dst == t1.nodes[0])}
-    assert into == {f"plane2/t0-{t}/up4" for t in range(T)}
+    # physical T1 2 of plane 2: logical spines 4 and 5 (two uplinks of every T0)
+    t1 = parse_component(g, "switches", "plane2/t1-2", "f")
+    assert t1.nodes == (N + P * T + 2 * S + 4, N + P * T + 2 * S + 5) and t1.links == ()
+    # those nodes' incoming links are exactly the uplinks named .../up4 and .../up5 of plane 2
+    into = {fabric.link_name(l) for l in np.flatnonzero(np.isin(fabric.link_dst, t1.nodes))}
+    assert into == {f"plane2/t0-{t}/up{s}" for t in range(T) for s in (4, 5)}
     t0 = parse_component(g, "switches", "plane0/t0-3", "f")
     assert t0.nodes == (N + 3,) and t0.links == ()
     out = {fabric.link_name(l) for l in np.flatnonzero(fabric.link_src == t0.nodes[0])}
@@ -317,13 +334,14 @@ def test_plane_names_and_bare_integers(names_fabric):
 
 
 GOOD = {"links": "plane0/t0-0/up0", "degraded": "plane1/t1-2/down3",
-        "nic_ports": "plane3/gpu63", "switches": "plane3/t1-7", "planes": "plane3"}
+        "nic_ports": "plane3/gpu63", "switches": "plane3/t1-3", "planes": "plane3"}
 BAD = [
     ("links", "plane4/t0-0/up0"),        # plane out of range (4 planes)
     ("links", "plane0/t0-8/up0"),        # T0 out of range (8 per plane)
     ("links", "plane0/t0-0/up8"),        # spine out of range (8 per plane)
     ("links", "plane0/t1-8/down0"),      # spine out of range, by the down name
     ("links", "plane0/t1-0/down8"),      # T0 out of range, by the down name
+    ("links", "plane0/t1-0/down0#2"),    # a bundle of 2 cables: #0 and #1
     ("links", "plane0/gpu64/up"),        # GPU out of range
     ("links", "plane0/t0-0"),            # a switch is not a link
     ("links", "cable7"),
@@ -353,8 +371,9 @@ def test_good_names_parse(names_fabric):
     scen = parse_scenario({**BASE, "fabric": NAMES_FABRIC,
                            "failures": {kind: [name] for kind, name in GOOD.items()}})
     (names,) = sample_failures(scen).names
-    assert sorted(names) == sorted(["plane0/t0-0/up0", "plane1/t0-3/up2@0.5", "plane3/gpu63",
-                                    "plane3/t1-7", "plane3"])
+    # plane1/t1-2/down3 is cable #0 of T1 2's bundle to T0 3: that T0's uplink 4
+    assert sorted(names) == sorted(["plane0/t0-0/up0", "plane1/t0-3/up4@0.5", "plane3/gpu63",
+                                    "plane3/t1-3", "plane3"])
 
 
 # --------------------------------------------------------------------------- 2. schema
@@ -399,10 +418,11 @@ def test_random_count_bounded_by_population():
     assert err.field == "failures.planes.random"
     err = names_error({"nic_ports": 2 * 64 + 1})
     assert err.field == "failures.nic_ports.random"
-    err = names_error({"switches": {"random": 16, "tier": "t1", "names": ["plane0/t1-0"]},
+    # 2 planes x 4 physical T1s
+    err = names_error({"switches": {"random": 8, "tier": "t1", "names": ["plane0/t1-0"]},
                        "samples": 2})
     assert err.field == "failures.switches.random"
-    scenario({"switches": {"random": 15, "tier": "t1", "names": ["plane0/t1-0"]}})
+    scenario({"switches": {"random": 7, "tier": "t1", "names": ["plane0/t1-0"]}})
 
 
 def test_samples_need_something_random():
@@ -431,7 +451,7 @@ CABLE = re.compile(r"^plane\d+/t0-\d+/up\d+$")
 PORT = re.compile(r"^plane\d+/gpu\d+$")
 T0 = re.compile(r"^plane\d+/t0-\d+$")
 T1 = re.compile(r"^plane\d+/t1-\d+$")
-SAMPLING = {"links": {"names": ["plane0/t0-1/up2", "plane1/t1-3/down4"], "random": 5},
+SAMPLING = {"links": {"names": ["plane0/t0-1/up2", "plane1/t1-3/down4#1"], "random": 5},
             "switches": {"names": ["plane0/t1-1"], "random": 2, "tier": "t1"},
             "nic_ports": {"names": ["plane1/gpu7"], "random": 3},
             "samples": 60, "seed": 7}
@@ -460,7 +480,7 @@ def test_sampling_is_deterministic_and_seeded():
 
 
 def test_one_cable_named_both_ways_is_one_component():
-    batch = sample_failures(scenario({"links": ["plane0/t0-1/up2", "plane0/t1-2/down1"]}))
+    batch = sample_failures(scenario({"links": ["plane0/t0-1/up2", "plane0/t1-1/down1#0"]}))
     assert batch.names == [["plane0/t0-1/up2"]]
     g = clos_geometry(FabricConfig(**FABRIC))
     dead = batch.dead_links[0][batch.dead_links[0] != g.sentinel]
@@ -479,21 +499,24 @@ def test_sets_hold_names_plus_exactly_random_draws():
         t1s = [n for n in names if T1.match(n)]
         assert len(cables) + len(ports) + len(t1s) == len(names), names
         assert not any(T0.match(n) for n in names)               # tier t1 only
-        # the explicit ones (the down name is the same cable as plane1/t0-4/up3) ...
-        assert {"plane0/t0-1/up2", "plane1/t0-4/up3"} <= set(cables)
+        # the explicit ones (the down name is the same cable as plane1/t0-4/up7) ...
+        assert {"plane0/t0-1/up2", "plane1/t0-4/up7"} <= set(cables)
         assert "plane0/t1-1" in t1s and "plane1/gpu7" in ports
         # ... plus exactly `random` more of each kind
         assert (len(cables), len(t1s), len(ports)) == (2 + 5, 1 + 2, 1 + 3)
-        drawn.update(n for n in cables if n not in ("plane0/t0-1/up2", "plane1/t0-4/up3"))
+        drawn.update(n for n in cables if n not in ("plane0/t0-1/up2", "plane1/t0-4/up7"))
         # the id lists hold exactly those components' links and switches
         dead = batch.dead_links[b][batch.dead_links[b] != g.sentinel]
         assert len(dead) == len(set(dead.tolist())) == 2 * (7 + 4)
         nodes = batch.dead_nodes[b][batch.dead_nodes[b] != g.num_nodes]
+        # a physical T1 is its bundle's logical spines
+        b = g.spine_bundle
         assert sorted(nodes.tolist()) == sorted(
-            g.gpus + g.planes * g.t0s + int(p) * g.spines + int(s)
-            for p, s in (re.match(r"plane(\d+)/t1-(\d+)", n).groups() for n in t1s))
+            g.gpus + g.planes * g.t0s + int(p) * g.spines + int(j) * b + c
+            for p, j in (re.match(r"plane(\d+)/t1-(\d+)", n).groups() for n in t1s)
+            for c in range(b))
     assert _bucket_ok(batch.dead_links.shape[1], 22) and batch.dead_links.shape[1] == 32
-    assert _bucket_ok(batch.dead_nodes.shape[1], 3)
+    assert _bucket_ok(batch.dead_nodes.shape[1], 3 * g.spine_bundle)
     assert batch.degraded_links.shape[1] == 8 and batch.degraded_factor.shape[1] == 8
     assert np.all(batch.degraded_factor == 1.0)
     # random draws spread over the cables (300 draws of 126: many distinct ones)
@@ -506,7 +529,7 @@ def test_random_never_repeats_an_explicit_component():
                                       "samples": 20}))
     assert all(sorted(names) == ["plane0", "plane1"] for names in batch.names)
     # every cable: one named (by its down name), the other 127 drawn
-    batch = sample_failures(scenario({"links": {"names": ["plane1/t1-7/down0"], "random": 127},
+    batch = sample_failures(scenario({"links": {"names": ["plane1/t1-3/down0#1"], "random": 127},
                                       "samples": 3}))
     for names in batch.names:
         assert len(names) == len(set(names)) == 128
@@ -724,11 +747,14 @@ def test_rehash_is_uniform_over_live_spines():
     new = np.asarray(rehash(g, src, dst, plane, spine, np.append(alive, True),
                             jax.random.key(7)))
     np.testing.assert_array_equal(new[:, 0], 0)              # plane 0 is intact
+    # physical T1 0 takes logical spines 0 and 1 (a bundle of 2 uplinks from every T0)
+    dead = g.spine_bundle
     counts = np.bincount(new[:, 1], minlength=g.spines)
-    assert counts[0] == 0 and counts.sum() == F
-    assert chisquare(counts[1:]).pvalue > 1e-4, counts
-    # one spine of the seven takes about a seventh (loose)
-    assert counts[1:].max() < 1.5 * F / 7 and counts[1:].min() > 0.6 * F / 7
+    assert np.all(counts[:dead] == 0) and counts.sum() == F
+    assert chisquare(counts[dead:]).pvalue > 1e-4, counts
+    # each live logical spine takes about its share (loose)
+    live = g.spines - dead
+    assert counts[dead:].max() < 1.5 * F / live and counts[dead:].min() > 0.6 * F / live
 
 
 # --------------------------------------------------------------------------- 7. no recompile

@@ -25,6 +25,7 @@ from fabricjax_cli.main import app
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.registry import register, unregister
 from fabricjax.engine.phase import solve_policy_phase
+from fabricjax.fabric.build import paths_per_pair
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import hashed_slots
 from fabricjax.policies.base import Policy, Reaction, Slots, stored_spray_slots
@@ -94,7 +95,7 @@ class FirstLive(Policy):
     def slots_per_flow(self, scenario) -> int:
         if scenario.fabric.kind == "multiplane-clos":
             return scenario.fabric.planes
-        return scenario.fabric.paths
+        return paths_per_pair(scenario)
 
     def init(self, scenario, fabric, flows, routes, rng) -> Slots:
         if routes is None:

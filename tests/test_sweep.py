@@ -201,6 +201,7 @@ def _fake_report(scenario, failures: bool):
         study = SimpleNamespace(summaries=[
             SimpleNamespace(policy=p, workload=w, p100_utilisation=dist,
                             completion_s=None if p == "spray" else dist,
+                            fabric_slowdown=None if p == "spray" else dist,
                             stalled_sets=5 if p == "spray" else 0, status="ok")
             for p in scenario.policies for w in ("perm", "ring")])
     return SimpleNamespace(records=records, failures=study)
@@ -218,9 +219,15 @@ def test_failure_columns_come_from_the_matching_summary(base):
             ecmp["stalled_sets"]) == ("ecmp", 3.0, 4.0, 0)
     assert (spray["policy"], spray["failures_completion_p50_s"], spray["stalled_sets"]) == (
         "spray", None, 5)
+    # the failure slowdown: a set's completion over the healthy one (1 ms) of the same row
+    assert ecmp["failures_slowdown_p99"] == pytest.approx(3.0 / 1e-3)
+    assert ecmp["failures_slowdown_max"] == pytest.approx(4.0 / 1e-3)
+    assert spray["failures_slowdown_p99"] is None       # stalled: no completion to compare
     headers, rows = sweep_table_rows(result)
-    assert headers[-3:] == ["fail P100 p99", "fail completion p99", "stalled sets"]
-    assert rows[6][-3:] == ["3.000", "—", "5"] and rows[0][-3:] == ["—", "—", "—"]
+    assert headers[-4:] == ["fail P100 p99", "fail completion p99", "fail slowdown p99",
+                            "stalled sets"]
+    assert rows[6][-4:] == ["3.000", "—", "—", "5"] and rows[0][-4:] == ["—"] * 4
+    assert rows[4][-2] == "3000.000×"
 
 
 def test_points_run_without_the_progressive_simulation(base):

@@ -17,6 +17,7 @@ a bad path fails fast. JSON is written with allow_nan=False: a NaN in a report i
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
@@ -181,4 +182,10 @@ def json_text(data: dict) -> str:
 
 
 def write_json(data: dict, path: str | Path) -> str | Path:
-    return write_text(json_text(data), path)
+    """`data` as the tool's JSON at `path`; gzip-compressed when the name ends in ``.gz``
+    (reproducibly: no timestamp in the header, so equal reports give equal bytes)."""
+    text = json_text(data)
+    if str(path).endswith(".gz") and output_kind(path) == "file":
+        packed = gzip.compress(text.encode("utf-8"), mtime=0)
+        return write_output(path, lambda handle: handle.write(packed), binary=True)
+    return write_text(text, path)

@@ -211,13 +211,13 @@ class StreamWriter:
 
 def beside(path: str | Path) -> str | None:
     """The stream file that goes beside the output `path`, in the same folder as the name
-    given (``out.json`` or ``out.csv`` -> ``out.jsonl``; any other name gets ``.jsonl``
+    given (``out.json``, ``out.json.gz`` or ``out.csv`` -> ``out.jsonl``; any other name gets ``.jsonl``
     added), or None when `path` is not a file (``-``, a FIFO, a character device): nothing
     can be written beside those."""
     if output_kind(path) != "file":
         return None
     text = str(path)
-    for suffix in (".json", ".csv"):
+    for suffix in (".json.gz", ".json", ".csv"):
         if text.endswith(suffix) and len(text) > len(suffix) and not text.endswith(
                 "/" + suffix):
             return text[: -len(suffix)] + ".jsonl"

@@ -39,7 +39,8 @@ from fabricjax.config import Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.units import format_bytes
 from fabricjax.engine.phase import PhaseOutcome, initial_slots, solve_policy_phase
-from fabricjax.engine.plan import available_memory
+from fabricjax.engine.plan import (BYTES_PER_ENTRY, BYTES_PER_SLOT, available_memory,
+                                   dynamic_memory)
 from fabricjax.engine.timing import (base_rtt_s, packet_bytes, relative_starts,
                                      transport_latency_s)
 from fabricjax.fabric.build import AnyFabric
@@ -63,12 +64,6 @@ RTO_BUFFERS = 6         # at the port rate (datacenter/main_uec.cpp, UecSrc::_mi
 ACK_PAYLOAD = 16384     # htsim's receiver ACKs every 16 KiB of new data (UecSink)
 MRC_EV_RULE = "bitmap"  # the EV choice mrc follows in time (solver.dynamic: bitmap, reps)
 REFERENCE_BDP = 100e9 / 8 * 12e-6   # NSCC's reference: 100 Gbit/s x 12 us (bytes)
-BYTES_PER_ENTRY = 64    # device bytes per (flow, slot, hop) entry: ids, gathers, the scatter
-BYTES_PER_SLOT = 48     # per (flow, slot): shares, rates, signals
-COMPILED_BYTES = 200 * 2**20
-BYTES_PER_LINK_SIGNAL = 24  # per link and step of feedback lag: 3 float32 signals, twice (the
-                            # loop's carry in and out)
-BYTES_PER_FLOW_ECHO = 16    # per flow and step of ACK lag: bytes delivered and trimmed, twice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,16 +116,6 @@ def retransmission_timeout_s(queue_bytes: float, port_bytes_s: float) -> float:
     """htsim's minimum retransmission timeout (s): 15 us plus the drain of six switch queues
     (`queue_bytes` each, one BDP in whole packets) at the port rate (main_uec.cpp)."""
     return RTO_MIN_S + RTO_BUFFERS * queue_bytes / port_bytes_s
-
-
-def dynamic_memory(num_flows: int, slots: int, hops: int, num_links: int = 0,
-                   lag: int = 0, ack_lag: int = 0) -> int:
-    """Estimated peak device bytes of one dynamic run (`lag`: steps of feedback delay, whose
-    link signals the loop keeps; `ack_lag`: steps of ACK delay, whose per-flow echoes it
-    keeps)."""
-    return (num_flows * slots * (hops * BYTES_PER_ENTRY + BYTES_PER_SLOT) +
-            num_flows * (ack_lag + 1) * BYTES_PER_FLOW_ECHO +
-            (lag + 1) * (num_links + 1) * BYTES_PER_LINK_SIGNAL + COMPILED_BYTES)
 
 
 def check_dynamic_memory(num_flows: int, slots: int, hops: int, limit: int | None,

@@ -7,9 +7,11 @@ Contract:
     the limit (`--max-memory`, else what the machine has available) with a ScenarioError that
     names the estimate, its largest part and a change that would fit. Its coefficients are
     peak resident bytes measured on the CPU (`bench/memory_calibration.py`) and rounded up,
-    per kind of device state a policy declares (`Policy.memory_profile`: `MEMORY`), so the
-    estimate is an upper bound of the peak (1.1-1.5x of it on the calibration rows), not a
-    description of each array.
+    per kind of device state a policy declares (`Policy.memory_profile`: `MEMORY`), for
+    stored paths, the dynamic level and failure studies, so the estimate is an upper bound of
+    the peak within 2x of it on every bundled scenario and the bench's grid of fabric kinds,
+    sizes and levels (a cold run, which compiles, and a warm one, which loads its programs,
+    differ by up to 1.9x on the smallest scenarios), not a description of each array.
   * Shapes: a phase on a Clos is padded to `flow_bucket(F)` flows (at most 25% more), so
     phases and scenarios of nearby sizes share one compiled program (`padded_flows`).
   * Per phase: whether it is solved as (T0, T0) classes (`use_aggregation`), whether its time
@@ -67,12 +69,34 @@ PROGRESSIVE_GIVE_UP_EVENTS = 32
 # its line in every record's JSON `components`. An all-to-all solved by classes keeps its flows
 # on the host: int32 ids, float64 sizes, the int64 class keys and the scale-up split's masks
 # (not yet calibrated by bench/memory_calibration.py: counted from the arrays, rounded up).
-RUNTIME_BYTES = 350 * 2**20
-BYTES_PER_LINK = 120
+RUNTIME_BYTES = 500 * 2**20
+# The dynamic level (engine/dynamic.py), per run of one policy on one phase: device bytes per
+# (flow, slot, hop) entry (ids, gathers, the scatter), per (flow, slot) (shares, rates,
+# signals), per link and step of feedback lag (3 float32 signals, twice: the loop's carry in
+# and out), per flow and step of ACK lag (bytes delivered and trimmed, twice), and its
+# compiled program. Its lags are at most LAG_STEPS_MAX and ACK_LAG_STEPS_MAX steps (half a
+# base RTT and one, at the finest step of 1/64 RTT).
+BYTES_PER_ENTRY = 64
+BYTES_PER_SLOT = 48
+BYTES_PER_LINK_SIGNAL = 24
+BYTES_PER_FLOW_ECHO = 16
+DYNAMIC_COMPILED_BYTES = 120 * 2**20
+LAG_STEPS_MAX, ACK_LAG_STEPS_MAX = 32, 64
+GRAPH_HOPS = 4      # a graph file's paths: up to 2 x this many links (a fat tree's: 6)
+# Fat trees and graph files (measured: bench/memory_calibration.py's fat-tree rows): per
+# (flow, slot, stored hop), the host's int32 path cache, the device's copy and the solve's
+# gathers; once, networkx, the built graph and the equal-cost search
+BYTES_PER_STORED_HOP = 48
+GRAPH_RUNTIME_BYTES = 150 * 2**20
+BYTES_PER_LINK = 80
 BYTES_PER_AGGREGATED_FLOW = 64
 BYTES_PER_FAILURE_RECORD = 6_000
 BYTES_PER_COMPONENT = 400
 BYTES_PER_RECORD_COMPONENT = 50
+# failed components a failure-set record names (failures.detail: summary): a probability
+# draw at scale fails thousands per set, and naming them all in every record of every policy
+# made 1,000 sets at 16,384 GPUs a report of 252 MB
+COMPONENTS_SHOWN = 16
 
 
 
@@ -290,11 +314,12 @@ class MemoryEstimate:
     total: int
     runtime: int             # JAX and the compiled solves
     fabric: int
-    solve: int               # the largest single policy solve (policies run one at a time)
+    solve: int               # the largest single policy solve (the total holds every one)
     solve_policy: str
     flows: int               # the most concurrent flows of a phase
     slots: int               # that policy's path slots per flow
     failure_records: int     # the failure study: records, component lists, one set's solve
+    dynamic: int = 0         # the dynamic level's run of the largest phase (solver.model)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -379,33 +404,64 @@ def aggregated_bytes(flows: int, geom) -> float:
 
 def estimate_memory(scenario: Scenario) -> MemoryEstimate:
     """The estimate (an upper bound of the peak, see the module docstring). Fat trees and
-    graph files store [F, K, H] link ids with H up to 8 links: twice the per-slot bytes of
-    the Clos, whose path links are arithmetic (not calibrated separately)."""
+    graph files store [F, K, H] link ids (H = 6 on a fat tree, up to 2 GRAPH_HOPS on a
+    graph file) on the host and the device, and their solves gather per stored hop: each
+    slot of the widest policy costs BYTES_PER_STORED_HOP per hop once (the phase's paths
+    serve every policy), beside each policy's own per-slot bytes, and the graph (networkx,
+    the path search) GRAPH_RUNTIME_BYTES once (both in `fabric`)."""
     check_sections(scenario)
     clos = scenario.fabric.kind == FabricKind.CLOS
     geom = clos_geometry(scenario.fabric) if clos else None
     flows = max_flows(scenario)
-    fabric = BYTES_PER_LINK * (geom.num_links + 1) if clos else 0
+    fabric = BYTES_PER_LINK * (geom.num_links + 1) if clos else GRAPH_RUNTIME_BYTES
+    stored_hops = (0 if clos else 6 if scenario.fabric.kind == FabricKind.FAT_TREE
+                   else 2 * GRAPH_HOPS)
     candidates = phase_candidates(scenario)
 
     def solve_bytes(policy: str, flows: int, uniform: bool) -> float:
         if uniform and aggregated(scenario, policy, flows):
             return aggregated_bytes(flows, geom)
-        per_slot = coefficients(policy).bytes_per_slot * (1 if clos else 2)
+        per_slot = coefficients(policy).bytes_per_slot
         return per_slot * padded_flows(scenario, flows) * slots_per_flow(policy, scenario)
 
     solves = {policy: max(solve_bytes(policy, f, u) for f, u, _ in candidates)
               for policy in scenario.policies}
+    # a phase's stored paths are built once and shared by every policy (the widest's slots)
+    stored = stored_hops * BYTES_PER_STORED_HOP * flows * max(
+        (slots_per_flow(p, scenario) for p in scenario.policies), default=0)
     policy = max(solves, key=solves.get)
     records = 0
     if scenario.failures is not None:   # failure sets run each item alone
-        records = _failure_study_bytes(scenario, max(f for f, _, alone in candidates if alone))
+        alone = max(f for f, _, alone in candidates if alone)
+        records = _failure_study_bytes(scenario, {p: solve_bytes(p, alone, False)
+                                                  for p in scenario.policies},
+                                       alone, solves[policy])
     compiled = sum(coefficients(p).compiled_bytes for p in scenario.policies)
     runtime = RUNTIME_BYTES + compiled * (2 if scenario.failures is not None else 1)
-    total = runtime + fabric + solves[policy] + records
-    return MemoryEstimate(total=int(total), runtime=int(runtime), fabric=int(fabric),
+    dynamic = 0
+    if scenario.solver.model == "dynamic":     # beside the static solve it starts from
+        hops = 4 if clos else stored_hops
+        dynamic = max(dynamic_memory(flows, slots_per_flow(p, scenario), hops,
+                                     geom.num_links if clos else 0, LAG_STEPS_MAX,
+                                     ACK_LAG_STEPS_MAX) for p in scenario.policies)
+    # every policy's solve stays resident beside the next one's (its outcome feeds the
+    # report; measured on the bundled all-to-all: ecmp, spray, mrc and optimal alone peak at
+    # 294, 432, 470 and 466 MiB, together at 1,002 MiB), so the solves add up
+    total = runtime + fabric + stored + sum(solves.values()) + records + dynamic
+    return MemoryEstimate(total=int(total), runtime=int(runtime), fabric=int(fabric + stored),
                           solve=int(solves[policy]), solve_policy=policy, flows=flows,
-                          slots=slots_per_flow(policy, scenario), failure_records=int(records))
+                          slots=slots_per_flow(policy, scenario), failure_records=int(records),
+                          dynamic=int(dynamic))
+
+
+def dynamic_memory(num_flows: int, slots: int, hops: int, num_links: int = 0,
+                   lag: int = 0, ack_lag: int = 0) -> int:
+    """Estimated peak device bytes of one dynamic run (`lag`: steps of feedback delay, whose
+    link signals the loop keeps; `ack_lag`: steps of ACK delay, whose per-flow echoes it
+    keeps)."""
+    return (num_flows * slots * (hops * BYTES_PER_ENTRY + BYTES_PER_SLOT) +
+            num_flows * (ack_lag + 1) * BYTES_PER_FLOW_ECHO +
+            (lag + 1) * (num_links + 1) * BYTES_PER_LINK_SIGNAL + DYNAMIC_COMPILED_BYTES)
 
 
 def components_per_set(scenario: Scenario, target=None) -> float:
@@ -426,21 +482,22 @@ def components_per_set(scenario: Scenario, target=None) -> float:
     return total
 
 
-def _failure_study_bytes(scenario: Scenario, flows: int) -> float:
-    """Host records and component lists of every set, plus one set's device working set
-    (CPU runs the sets of a call one at a time)."""
+def _failure_study_bytes(scenario: Scenario, set_solves: dict[str, float], flows: int,
+                         solve: float) -> float:
+    """Host records and component lists of every set, plus what one set's solve needs beyond
+    the no-failure `solve` it follows (the sets run the same program over masks, one at a
+    time on a CPU, after the no-failure solve has freed its arrays): each policy's solve of
+    the item alone (`set_solves`) and its per-set candidate draws. A record names at most
+    COMPONENTS_SHOWN components unless failures.detail is full."""
     sets = scenario.failures.num_samples
     records = sets * len(scenario.policies) * len(scenario.items)
     components = components_per_set(scenario)
-    if scenario.fabric.kind == FabricKind.CLOS:
-        geom = clos_geometry(scenario.fabric)
-        links, planes = geom.num_links, geom.planes
-    else:
-        links, planes = 0, scenario.fabric.planes
-    device = max(bytes_per_set(p, links, planes, flows, slots_per_flow(p, scenario))
-                 for p in scenario.policies)
-    return (records * (BYTES_PER_FAILURE_RECORD + BYTES_PER_RECORD_COMPONENT * components) +
-            sets * components * BYTES_PER_COMPONENT + device)
+    named = components if scenario.failures.detail == "full" else min(components,
+                                                                       COMPONENTS_SHOWN)
+    device = max(set_solves[p] + coefficients(p).failure_bytes_per_slot * flows *
+                 slots_per_flow(p, scenario) for p in scenario.policies)
+    return (records * (BYTES_PER_FAILURE_RECORD + BYTES_PER_RECORD_COMPONENT * named) +
+            sets * components * BYTES_PER_COMPONENT + max(device - solve, 0.0))
 
 
 def available_memory() -> int | None:

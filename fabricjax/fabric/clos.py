@@ -70,6 +70,18 @@ class ClosGeometry:
         return self.planes * self.port_gbps
 
     @property
+    def t1_switches(self) -> int:
+        """Physical T1 switches per plane, as built (`spec.bundled_switches`): below full size
+        fewer than `spines`, each taking a bundle of `spine_bundle` uplinks of every T0."""
+        return bundled_switches(self.t0s, self.spines, self.radix)
+
+    @property
+    def spine_bundle(self) -> int:
+        """Logical spines (T0 uplink positions) per physical T1: physical T1 j of a plane is
+        the logical spines j*b .. j*b + b - 1, so a T1 failure takes all b of them."""
+        return self.spines // self.t1_switches
+
+    @property
     def num_nodes(self) -> int:
         return self.gpus + self.planes * (self.t0s + self.spines)
 
@@ -197,6 +209,17 @@ class Fabric:
         return np.full(self.geometry.gpus, self.geometry.nic_gbps, np.float64)
 
     @functools.cached_property
+    def physical_nodes(self) -> np.ndarray:
+        """int64[nodes]: each node's physical switch, as the id of its first node: a logical
+        spine maps to the first of its T1's bundle (j*b), every other node to itself."""
+        g = self.geometry
+        ids = np.arange(self.num_nodes, dtype=np.int64)
+        first_t1 = g.gpus + g.planes * g.t0s
+        local = ids[first_t1:] - first_t1
+        ids[first_t1:] = first_t1 + local - local % g.spine_bundle
+        return ids
+
+    @functools.cached_property
     def reverse(self) -> np.ndarray:
         """int64[L]: the id of each link's opposite direction (the other half of its cable):
         GPU -> T0 pairs with T0 -> GPU, T0 -> T1 with T1 -> T0, at the same offset."""
@@ -207,7 +230,9 @@ class Fabric:
         return np.asarray(starts)[partner] + (ids - np.asarray(starts)[tier_of])
 
     def link_name(self, link: int) -> str:
-        """A readable name such as ``plane3/t0-17/up5`` for link id `link`."""
+        """A readable name such as ``plane3/t0-17/up5`` for link id `link`; a T1's downlink
+        names the physical T1 (``plane3/t1-2/down17``) and, where a bundle of b cables joins
+        it to the T0, the cable (``#0`` .. ``#b-1``)."""
         g = self.geometry
         link = int(link)
         if link == g.sentinel:
@@ -221,7 +246,10 @@ class Fabric:
         plane, t0 = divmod(plane_t0, g.t0s)
         if tier == 1:
             return f"plane{plane}/t0-{t0}/up{spine}"
-        return f"plane{plane}/t1-{spine}/down{t0}"
+        # the physical T1 and, in a bundle, which of its cables to that T0
+        switch, cable = divmod(spine, g.spine_bundle)
+        return (f"plane{plane}/t1-{switch}/down{t0}" +
+                (f"#{cable}" if g.spine_bundle > 1 else ""))
 
 
 def clos_geometry(cfg: FabricConfig) -> ClosGeometry:

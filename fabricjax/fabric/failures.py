@@ -10,7 +10,8 @@ Contract:
     [B, L] masks on the host.
   * Every fabric kind names its components its own way, behind one `Components` interface:
     `ClosComponents` (the report's Clos link names, `plane3/t0-17/up5`, `plane1/gpu17`,
-    `plane2/t1-4`, `plane5`) and `GraphComponents` (fat trees and graph files: a cable is
+    `plane2/t1-4`, `plane5`; a T1 is a physical switch as built, which below full size takes
+    a bundle of every T0's uplinks) and `GraphComponents` (fat trees and graph files: a cable is
     ``a->b`` in either direction, a switch its node name, a NIC port ``gpu3->p0/edge0``, or
     ``gpu3`` / ``plane0/gpu3`` when that names one port, a plane ``plane<p>``).
   * A cable is the unit. Where switches a and b are joined by a bundle of c parallel cables
@@ -42,7 +43,7 @@ KINDS = ("links", "switches", "nic_ports", "planes", "degraded")
 COUNTED_KINDS = ("cable", "nic_port", "switch", "plane", "degraded")
 
 _CABLE_UP = re.compile(r"^plane(\d+)/t0-(\d+)/up(\d+)$")
-_CABLE_DOWN = re.compile(r"^plane(\d+)/t1-(\d+)/down(\d+)$")
+_CABLE_DOWN = re.compile(r"^plane(\d+)/t1-(\d+)/down(\d+)(?:#(\d+))?$")
 _PORT = re.compile(r"^plane(\d+)/gpu(\d+)(?:/(up|down))?$")
 _SWITCH = re.compile(r"^plane(\d+)/(t0|t1)-(\d+)$")
 _PLANE = re.compile(r"^plane(\d+)$")
@@ -96,8 +97,13 @@ class ClosComponents:
         return self.g.gpus + self.g.planes * self.g.t0s + p * self.g.spines + s
 
     def _switch(self, p: int, tier: str, index: int) -> Component:
-        node = self._t0_node(p, index) if tier == "t0" else self._t1_node(p, index)
-        return Component(f"plane{p}/{tier}-{index}", nodes=(node,))
+        """T0 `index`, or physical T1 `index`: the logical spines of its bundle."""
+        if tier == "t0":
+            nodes = (self._t0_node(p, index),)
+        else:
+            b = self.g.spine_bundle
+            nodes = tuple(self._t1_node(p, index * b + c) for c in range(b))
+        return Component(f"plane{p}/{tier}-{index}", nodes=nodes)
 
     def _plane(self, p: int) -> Component:
         g = self.g
@@ -118,8 +124,10 @@ class ClosComponents:
 
     def ranges(self) -> str:
         g = self.g
-        return (f"planes 0..{g.planes - 1}, t0 0..{g.t0s - 1}, t1 0..{g.spines - 1}, "
-                f"gpu 0..{g.gpus - 1}")
+        bundle = (f" (T0 uplinks up0..up{g.spines - 1}, {g.spine_bundle} cables #0.."
+                  f"#{g.spine_bundle - 1} to each T1)" if g.spine_bundle > 1 else "")
+        return (f"planes 0..{g.planes - 1}, t0 0..{g.t0s - 1}, t1 0..{g.t1_switches - 1}"
+                f"{bundle}, gpu 0..{g.gpus - 1}")
 
     def parse(self, kind: str, name: str, field: str) -> Component:
         """The component a readable name denotes, for a failure kind; a ScenarioError
@@ -137,19 +145,25 @@ class ClosComponents:
         if not isinstance(name, str):
             raise ScenarioError(field, f"expected a name such as plane0/t0-3/up5, got {name!r}")
         if kind in ("links", "degraded"):
-            m = _CABLE_UP.match(name) or _CABLE_DOWN.match(name)
+            m = _CABLE_UP.match(name)
             if m:
-                p, a, b = (int(x) for x in m.groups())
-                t, s = (a, b) if m.re is _CABLE_UP else (b, a)
+                p, t, s = (int(x) for x in m.groups())
                 check(p, t=(t, g.t0s), s=(s, g.spines))
                 return self._cable(p, t, s)
+            m = _CABLE_DOWN.match(name)
+            if m:       # physical T1 j, its cable c (0 when unsaid) to T0 t
+                p, j, t = (int(x) for x in m.groups()[:3])
+                c = int(m.group(4) or 0)
+                check(p, t=(t, g.t0s), j=(j, g.t1_switches), c=(c, g.spine_bundle))
+                return self._cable(p, t, j * g.spine_bundle + c)
             m = _PORT.match(name)
             if m and m.group(3) is not None:       # a host cable by its link name
                 p, gpu = int(m.group(1)), int(m.group(2))
                 check(p, gpu=(gpu, g.gpus))
                 return self._port(p, gpu)
             raise ScenarioError(field, f"{name!r} is not a link name; allowed: "
-                                       f"plane<p>/t0-<t>/up<s>, plane<p>/t1-<s>/down<t>, "
+                                       f"plane<p>/t0-<t>/up<s>, plane<p>/t1-<j>/down<t>"
+                                       f"{'#<c>' if g.spine_bundle > 1 else ''}, "
                                        f"plane<p>/gpu<g>/up|down ({self.ranges()})")
         if kind == "nic_ports":
             m = _PORT.match(name)
@@ -165,7 +179,7 @@ class ClosComponents:
                 raise ScenarioError(field, f"{name!r} is not a switch name; allowed: "
                                            f"plane<p>/t0-<t>, plane<p>/t1-<s> ({self.ranges()})")
             p, tier, index = int(m.group(1)), m.group(2), int(m.group(3))
-            check(p, i=(index, g.t0s if tier == "t0" else g.spines))
+            check(p, i=(index, g.t0s if tier == "t0" else g.t1_switches))
             return self._switch(p, tier, index)
         if kind == "planes":
             m = _PLANE.match(name)
@@ -187,7 +201,8 @@ class ClosComponents:
         if kind == "planes":
             return g.planes
         tier = getattr(cfg, "tier", "any")
-        return g.planes * ({"t0": g.t0s, "t1": g.spines}.get(tier, g.t0s + g.spines))
+        t1s = g.t1_switches
+        return g.planes * ({"t0": g.t0s, "t1": t1s}.get(tier, g.t0s + t1s))
 
     def drawn(self, kind: str, cfg: FailureKindConfig, i: int) -> Component:
         """The i-th component of `kind` in draw order (0 <= i < population)."""
@@ -206,9 +221,9 @@ class ClosComponents:
             p, t = divmod(i, g.t0s)
             return self._switch(p, "t0", t)
         if tier == "t1":
-            p, s = divmod(i, g.spines)
-            return self._switch(p, "t1", s)
-        per_plane = g.t0s + g.spines
+            p, j = divmod(i, g.t1_switches)
+            return self._switch(p, "t1", j)
+        per_plane = g.t0s + g.t1_switches
         p, j = divmod(i, per_plane)
         return self._switch(p, "t0", j) if j < g.t0s else self._switch(p, "t1", j - g.t0s)
 
@@ -232,10 +247,11 @@ class ClosComponents:
         p, switch_tier, index = int(m.group(1)), m.group(2), int(m.group(3))
         tier = getattr(cfg, "tier", "any")
         if tier == "any":
-            return p * (g.t0s + g.spines) + (index if switch_tier == "t0" else g.t0s + index)
+            return p * (g.t0s + g.t1_switches) + (index if switch_tier == "t0"
+                                                  else g.t0s + index)
         if tier != switch_tier:
             return None
-        return p * (g.t0s if tier == "t0" else g.spines) + index
+        return p * (g.t0s if tier == "t0" else g.t1_switches) + index
 
 
 # --------------------------------------------------------------------------- graph fabrics

@@ -23,7 +23,7 @@ from fabricjax.core.errors import ScenarioError
 from fabricjax.core.lazy import lazy_module
 from fabricjax.fabric.fattree import fat_tree_graph
 from fabricjax.fabric.graphfile import check_graph, load_graph, natural_key
-from fabricjax.fabric.ksp import candidate_paths
+from fabricjax.fabric.ksp import candidate_paths, equal_cost_paths
 
 __all__ = ["GraphFabric", "build_graph_fabric", "candidate_paths", "check_graph",
            "fat_tree_graph", "graph_bom", "graph_summary", "load_graph", "natural_key"]
@@ -126,6 +126,11 @@ class GraphFabric:
     @functools.cached_property
     def _path_cache(self) -> OrderedDict:
         return OrderedDict()
+
+    @functools.cached_property
+    def physical_nodes(self) -> np.ndarray:
+        """int64[nodes]: each node's physical switch (every node is one: the identity)."""
+        return np.arange(self.num_nodes, dtype=np.int64)
 
     @functools.cached_property
     def reverse(self) -> np.ndarray:
@@ -245,6 +250,27 @@ class GraphFabric:
         return cls, list(sets)
 
     @functools.cached_property
+    def switch_neighbours(self) -> np.ndarray:
+        """int64[nodes, D]: each node's switch neighbours (over switch-to-switch cables), in
+        ascending id, padded with -1 to the largest degree D (hosts have none)."""
+        start, stop = self.layout_bounds[1]
+        a = np.concatenate([self.link_src[start:stop], self.link_dst[start:stop]])
+        b = np.concatenate([self.link_dst[start:stop], self.link_src[start:stop]])
+        order = np.lexsort((b, a))
+        a, b = a[order].astype(np.int64), b[order].astype(np.int64)
+        degree = np.bincount(a, minlength=self.num_nodes)
+        table = np.full((self.num_nodes, max(int(degree.max(initial=0)), 1)), -1, np.int64)
+        rank = np.arange(a.shape[0]) - np.repeat(np.cumsum(degree) - degree, degree)
+        table[a, rank] = b
+        return table
+
+    @functools.cached_property
+    def equal_cost_paths(self) -> int:
+        """The largest equal-cost set between two GPUs (`ksp.equal_cost_paths`): what a
+        `paths_per_pair` below it caps."""
+        return equal_cost_paths(self)
+
+    @functools.cached_property
     def switch_graph(self) -> nx.Graph:
         """Undirected switch-to-switch graph on node ids (tier 1 links, one per cable)."""
         start, stop = self.layout_bounds[1]
@@ -325,7 +351,8 @@ def graph_summary(gf: GraphFabric) -> dict:
     A cable is the unit: `cables`, `host_cables`, `fabric_cables` and the switch ports count
     every cable of a bundle; `links_directed` and `links_by_tier` count the links the
     solver sees (a bundle is one link each way), `bundles` the switch pairs joined by more
-    than one cable."""
+    than one cable. `equal_cost_paths` is the largest equal-cost set between two GPUs:
+    `paths_per_pair` below it caps some pairs (the report warns)."""
     bounds = gf.layout_bounds
     sizes = [b - a for a, b in bounds]
     per_tier = [int(gf.cables[a:b].sum()) for a, b in bounds]
@@ -349,6 +376,7 @@ def graph_summary(gf: GraphFabric) -> dict:
         "nic_gbps_max": float(gf.nic_gbps.max()),
         "planes": int(gf.plane.max()) + 1 if gf.num_links else 1,
         "paths_per_pair": gf.paths_per_pair,
+        "equal_cost_paths": gf.equal_cost_paths,
     }
 
 

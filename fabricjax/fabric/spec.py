@@ -9,7 +9,7 @@ any array or graph exists: an oversized fabric is refused in microseconds with w
 
 from __future__ import annotations
 
-from fabricjax.config import MAX_LINK_ID, FabricConfig, FabricKind, t0_count, two_tier_ports
+from fabricjax.config import MAX_LINK_ID, MAX_PATHS, FabricConfig, FabricKind, t0_count, two_tier_ports
 from fabricjax.core.errors import ScenarioError
 
 # the largest graph (fat tree or file) built as a networkx graph: edges, one per switch pair
@@ -45,6 +45,34 @@ def fat_tree_edges(gpus: int, radix: int, tiers: int = 3, planes: int = 1) -> in
     per_plane = (gpus + (pods - 1) * h * h + last * aggs
                  + (pods - 1) * h * min(h, group) + h * min(last, group))
     return planes * per_plane
+
+
+def fat_tree_equal_cost_paths(gpus: int, radix: int, planes: int = 1) -> int:
+    """The largest equal-cost set between two GPUs of `graph.fat_tree_graph(gpus, radix,
+    tiers=3, planes=planes)`, in closed form (h = radix/2, T = ceil(N/h) T0s, pods =
+    ceil(T/h), a core group of g = ceil(pods/2)). Per plane: one T0 alone, 1 (the path
+    through it); one pod, its aggregation switches; more pods, h positions times the cores of
+    a group that both pods' aggregation switches reach: g between two full pods, min(t, g)
+    between a full pod and a last pod of t T0s (two pods whose second is partial)."""
+    h = radix // 2
+    t0s = -(-gpus // h)
+    pods = -(-t0s // h)
+    group = -(-pods // 2)
+    last = t0s - (pods - 1) * h
+    if t0s == 1:
+        per_plane = 1
+    elif pods == 1:
+        per_plane = bundled_switches(last, h, h)
+    else:
+        per_plane = h * (group if pods >= 3 else min(last, group))
+    return planes * per_plane
+
+
+def capped_paths(equal_cost: int, planes: int) -> int:
+    """The default candidate paths per pair: the whole equal-cost set, at most MAX_PATHS
+    (rounded down to a multiple of the planes, which share a flow's paths equally)."""
+    cap = max(planes, MAX_PATHS - MAX_PATHS % planes)
+    return max(1, min(int(equal_cost), cap))
 
 
 def _largest_fitting(gpus: int, edges_of) -> int:
@@ -93,7 +121,7 @@ def check_other_fabric(fabric: FabricConfig) -> None:
         raise ScenarioError("fabric.radix", f"a fat tree needs an even radix >= 4 (got {k})")
     if fabric.oversubscription != 1.0:
         raise ScenarioError("fabric.oversubscription", "fat trees are built 1:1; allowed: 1")
-    if fabric.paths % fabric.planes:
+    if fabric.paths is not None and fabric.paths % fabric.planes:
         raise ScenarioError("fabric.paths", f"{fabric.paths} paths cannot be split equally "
                             f"over {fabric.planes} planes; allowed: multiples of fabric.planes")
     reach = 2 * (k // 2) ** fabric.tiers

@@ -35,6 +35,7 @@ import numpy as np
 
 from fabricjax.config import FabricKind, FailuresConfig, Scenario
 from fabricjax.core.errors import ScenarioError
+from fabricjax.fabric.build import paths_per_pair
 from fabricjax.fabric.paths import placed_slots
 from fabricjax.scenario import check_sections
 
@@ -309,7 +310,7 @@ def uses_evs(section: Any, scenario: Scenario) -> bool:
 
 def spraying_slots(section: Any, scenario: Scenario) -> int:
     """`slots_per_flow` of a spraying policy: its EVs, or the fabric's candidate paths."""
-    return section.evs if uses_evs(section, scenario) else scenario.fabric.paths
+    return section.evs if uses_evs(section, scenario) else paths_per_pair(scenario)
 
 
 def evs_field(name: str, scenario: Scenario) -> tuple[str, str, int]:

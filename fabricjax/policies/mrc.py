@@ -383,7 +383,10 @@ class Mrc(Policy):
         return spraying_pool(self.section(scenario))
 
     def described(self, scenario: Scenario) -> dict:
-        return {"placement": self.section(scenario).placement}
+        # clocked: the progressive time and the FCTs charge the EV sets the loop passes
+        # through; the static completion is the settled set's (the reports say which is which)
+        section = self.section(scenario)
+        return {"placement": section.placement, "clocked": section.clock}
 
     def init_stream(self) -> int:
         return SPRAY.stream      # the same initial draw as spraying: columns differ by adapting

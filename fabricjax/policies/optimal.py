@@ -67,6 +67,7 @@ from pydantic import Field
 from fabricjax.config import FabricKind, Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.core.status import Status
+from fabricjax.fabric.build import paths_per_pair
 from fabricjax.fabric.clos import ClosGeometry, clos_geometry
 from fabricjax.policies.base import TRACED, Policy, Reaction, Slots, stored_spray_slots
 from fabricjax.solver.incidence import ClosRoutes
@@ -373,7 +374,7 @@ class Optimal(Policy):
         if scenario.fabric.kind == FabricKind.CLOS:
             geom = clos_geometry(scenario.fabric)
             return geom.planes * geom.spines
-        return scenario.fabric.paths
+        return paths_per_pair(scenario)
 
     def convergence(self, status: int, iterations: int = 0) -> str:
         if status & Status.ITERATION_CAP:

@@ -16,7 +16,7 @@ from rich.markup import escape
 from fabricjax.report.sweep import sweep_legend, sweep_notes, sweep_table_rows
 from fabricjax.report.tables import (adaptation_table, bottleneck_lines, fabric_line,
                                      failure_header, failure_lines, failure_table, flow_table,
-                                     model_line, reliability_table, sensitivity_table,
+                                     model_line, paths_warning, reliability_table, sensitivity_table,
                                      sharing_table, step_lines, step_summary_table, step_table,
                                      sweep_table, time_table, trace_lines, transient_table,
                                      utilisation_table)
@@ -34,6 +34,9 @@ def print_report(console: Console, report: Report) -> None:
     """Every table and line of `report` that applies, in the CLI's order."""
     console.print(f"[bold]{escape(report.scenario)}[/]: {escape(fabric_line(report.fabric))}",
                   highlight=False)
+    warning = paths_warning(report.fabric)
+    if warning is not None:
+        console.print(f"[yellow]{escape(warning)}[/]", highlight=False)
     model = model_line(report)
     if model is not None:
         console.print(escape(model), highlight=False)

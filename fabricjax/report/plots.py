@@ -41,7 +41,7 @@ _WORKLOAD_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1
 FILE_NAMES = {"utilisation_cdf": "utilisation_cdf.png", "completion": "completion.png",
               "mrc_trace": "mrc_trace.png", "sharing": "sharing.png"}
 SWEEP_METRICS = ("p100_utilisation", "completion_s", "busbw_gbps", "slowdown",
-                 "fabric_slowdown")
+                 "fabric_slowdown", "failures_p100_p99", "failures_slowdown_p99")
 METRIC_LABELS = {
     "p100_utilisation": "P100 link utilisation (load / capacity)",
     "p99_utilisation": "P99 link utilisation (load / capacity)",
@@ -49,6 +49,8 @@ METRIC_LABELS = {
     "busbw_gbps": "bus bandwidth (Gbit/s)",
     "slowdown": "slowdown (completion / line rate, no overhead)",
     "fabric_slowdown": "fabric slowdown (completion / endpoint-bound time)",
+    "failures_p100_p99": "P100 link utilisation, P99 over failure sets",
+    "failures_slowdown_p99": "failure slowdown, P99 over failure sets (completion / healthy)",
 }
 
 
@@ -616,8 +618,10 @@ def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path | None = 
                         gaps, np.full_like(gaps, 0.02), ls="none", marker="x", ms=9, mew=2,
                         color=policy_colour(policy), clip_on=False,
                         transform=ax.get_xaxis_transform())
-        if metric in ("p100_utilisation", "p99_utilisation"):
+        if metric in ("p100_utilisation", "p99_utilisation", "failures_p100_p99"):
             handles["capacity"] = ax.axhline(1.0, color="black", ls="--", lw=1)
+        if metric == "failures_slowdown_p99":
+            handles["healthy"] = ax.axhline(1.0, color="black", ls=":", lw=1)
         if metric == "slowdown":
             handles["line rate"] = ax.axhline(1.0, color="black", ls=":", lw=1)
         if metric == "fabric_slowdown":
@@ -638,7 +642,7 @@ def plot_sweep(rows: list[dict], axes: Sequence[str], path: str | Path | None = 
         if ax in list(grid[:, 0]) or not shared:
             ax.set_ylabel(f"{label} ({unit})" if unit else label)
     _hide_unused(grid, len(panels))
-    extras = ("no value (stalled)", "capacity", "line rate", "endpoint bound")
+    extras = ("no value (stalled)", "capacity", "line rate", "endpoint bound", "healthy")
     names = [n for n in handles if n not in extras] + [n for n in extras if n in handles]
     fig.legend([handles[n] for n in names], names, loc="outside lower center",
                ncols=min(4, len(handles)), fontsize=8, frameon=False)

@@ -28,9 +28,13 @@ BOM_COLUMNS = ("switches", "optic_modules", "watts")   # the fabric's bill of ma
 STEP_PREFIX = "step_"
 STEP_COLUMNS = (*(f"{STEP_PREFIX}{d}_s" for d in DIMENSIONS), f"{STEP_PREFIX}exposed_s",
                 f"{STEP_PREFIX}time_s")
+# failures_slowdown_*: a set's completion over the healthy completion of the same policy and
+# workload (what the failures cost); failures_fabric_slowdown_p99: over the endpoint bound
 FAILURE_METRICS = ("failures_p100_p50", "failures_p100_p99", "failures_p100_max",
                    "failures_completion_p50_s", "failures_completion_p99_s",
-                   "failures_completion_max_s", "stalled_sets", "failures_status")
+                   "failures_completion_max_s", "failures_slowdown_p50",
+                   "failures_slowdown_p99", "failures_slowdown_max",
+                   "failures_fabric_slowdown_p99", "stalled_sets", "failures_status")
 
 
 def check_finite(value: Any, where: str) -> Any:
@@ -128,7 +132,8 @@ def sweep_table_rows(result: Any) -> tuple[list[str], list[list[str]]]:
     steps = [c for c in result.columns if c.startswith(STEP_PREFIX)]
     headers += [c[len(STEP_PREFIX):-2] for c in steps]
     if failures:
-        headers += ["fail P100 p99", "fail completion p99", "stalled sets"]
+        headers += ["fail P100 p99", "fail completion p99", "fail slowdown p99",
+                    "stalled sets"]
     rows = []
     for row in result.rows:
         cells = [value_text(row[p]) for p in result.paths]
@@ -146,6 +151,8 @@ def sweep_table_rows(result: Any) -> tuple[list[str], list[list[str]]]:
             lost = "lost_plane" in (row.get("failures_status") or "").split("+")
             cells += [_u(row["failures_p100_p99"]) + (LOST_PLANE_MARK if lost else ""),
                       "—" if completion is None else format_seconds(completion),
+                      "—" if row.get("failures_slowdown_p99") is None
+                      else _u(row["failures_slowdown_p99"]) + "×",
                       "—" if row["stalled_sets"] is None else str(row["stalled_sets"])]
         rows.append(cells)
     if not fabric_column:

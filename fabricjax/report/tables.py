@@ -67,6 +67,18 @@ def fabric_line(fabric: dict) -> str:
             f"{fabric['links_directed']:,} directed links")
 
 
+def paths_warning(fabric: dict) -> str | None:
+    """A warning when `fabric.paths` caps GPU pairs below their equal-cost set (a fat tree
+    or graph fabric), with the figure: the P100s of spray, mrc and optimal then count only
+    the paths kept. None otherwise."""
+    kept, full = fabric.get("paths_per_pair"), fabric.get("equal_cost_paths")
+    if kept is None or full is None or kept >= full:
+        return None
+    return (f"warning: fabric.paths = {kept} keeps {kept} of up to {full:,} equal-cost paths "
+            f"per GPU pair: the utilisation of spray, mrc and optimal may read up to "
+            f"{full / kept:.3g}x high; leave paths out for the whole set")
+
+
 def model_line(report: Report) -> str | None:
     """The model choices the numbers depend on, in one line (None when there are none):
     where each spraying policy's EVs land (routed by the sender, or hashed by the switches)
@@ -103,7 +115,8 @@ def utilisation_table(report: Report) -> FitTable:
 
 
 def time_table(report: Report) -> FitTable:
-    table = _table("Collective completion: line rate = payload bytes x 8 / NIC rate (the "
+    table = _table("Collective completion (the static level: the slowest flow at its first "
+                   "max-min rate on the settled split): line rate = payload bytes x 8 / NIC rate (the "
                    "busiest sender, no overhead); slowdown = completion / line rate; endpoint "
                    "bound = a perfect network with the transport (the busiest NIC, sending or "
                    "receiving, its wire bytes at line rate, plus latency); fabric slowdown = "
@@ -152,6 +165,13 @@ def flow_table(report: Report) -> FitTable | None:
             reasons.setdefault(r.progressive_reason, []).append(f"{r.policy} / {r.workload}")
     for reason, rows in reasons.items():
         notes.append(f"not simulated ({', '.join(rows)}): {reason}")
+    static_level = (report.solver or {}).get("model", "static") == "static"
+    clocked = {name for name, described in (report.policies or {}).items()
+               if described.get("clocked") and static_level}
+    if any(r.policy in clocked and r.events is not None for r in records):
+        notes.append("† on its convergence clock: the progressive time and the FCTs charge "
+                     "the EV sets the policy passes through while it adapts (one iteration a "
+                     "base RTT); static, and the completion above, are its settled set's")
     table = _table("Flow level: static (size / first max-min rate) vs progressive (rates "
                    "re-solved as flows finish); FCT over fabric flows",
                    [("policy", True), ("workload", True), ("algorithm", True),
@@ -180,8 +200,9 @@ def flow_table(report: Report) -> FitTable | None:
                 return "—"
             return format_seconds(value) + mark
 
+        clock = "†" if r.policy in clocked and r.events is not None else ""
         table.add_row(r.policy, r.workload, r.algorithm or r.collective,
-                      format_seconds(r.completion_s), simulated(r.progressive_s),
+                      format_seconds(r.completion_s), simulated(r.progressive_s) + clock,
                       simulated(r.fct_p50_s), simulated(r.fct_p99_s), simulated(r.fct_max_s),
                       events)
     return table
@@ -439,7 +460,8 @@ def failure_lines(report: Report, shown: int = 6) -> list[str]:
     lines = []
     for s in report.failures.summaries:
         comps = s.worst_set_components
-        text = ", ".join(comps[:shown]) + (f", … (+{len(comps) - shown})" if len(comps) > shown
+        total = max(s.worst_set_components_total, len(comps))
+        text = ", ".join(comps[:shown]) + (f", … (+{total - shown})" if total > shown
                                            else "")
         lines.append(f"{s.policy} / {s.workload}: worst set #{s.worst_set}: "
                      f"{text or 'nothing failed'}")

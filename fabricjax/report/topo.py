@@ -108,7 +108,8 @@ def graph_topo_table(summary: dict, kind: str) -> Table:
                         ("switch ports used", f"{summary['switch_radix_min']} .. "
                          f"{summary['switch_radix_max']}"),
                         ("NIC", f"{summary['nic_gbps_max']:g} Gbit/s"),
-                        ("paths per GPU pair (K)", str(summary["paths_per_pair"]))):
+                        ("paths per GPU pair (K)", f"{summary['paths_per_pair']:,} (largest "
+                         f"equal-cost set {summary['equal_cost_paths']:,})")):
         table.add_row(name, value)
     if summary.get("bundles"):
         table.add_row("bundled switch pairs", f"{summary['bundles']:,} (up to "

@@ -152,7 +152,8 @@ def reliability_whatif(scenario: Scenario, fabric: AnyFabric, collectives: list[
     cfg = scenario.failures or FailuresConfig()
     (host0, host1), (up0, up1) = fabric.layout_bounds[0], fabric.layout_bounds[1]
     fabric_cables, nic_total = up1 - up0, host1 - host0
-    switches_total = fabric.num_nodes - fabric.gpus
+    # switches as built (a Clos's T1 below full size takes a bundle of logical spines)
+    switches_total = np.unique(fabric.physical_nodes[fabric.gpus:]).size
     fabric_rate = (rel.link_failures_per_hour * fabric_cables +
                    rel.switch_failures_per_hour * switches_total +
                    rel.nic_port_failures_per_hour * nic_total)
@@ -169,7 +170,7 @@ def reliability_whatif(scenario: Scenario, fabric: AnyFabric, collectives: list[
             node[fabric.link_src[used]] = True
             node[fabric.link_dst[used]] = True
             cables, ports = int(cable.sum()), int(port.sum())
-            switches = int(node[fabric.gpus:].sum())
+            switches = np.unique(fabric.physical_nodes[fabric.gpus:][node[fabric.gpus:]]).size
             events = (rel.link_failures_per_hour * cables +
                       rel.switch_failures_per_hour * switches +
                       rel.nic_port_failures_per_hour * ports)

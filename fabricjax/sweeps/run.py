@@ -76,15 +76,27 @@ class PointResult(NamedTuple):
 
 # --------------------------------------------------------------------------- running
 
-def failure_figures(summary: Any) -> dict:
+def failure_figures(summary: Any, healthy_s: float | None = None) -> dict:
+    """The failure study's figures for one row: the P100 and completion over the sets, and
+    the failure slowdown, each set's completion over `healthy_s` (the same policy's and
+    workload's completion with nothing failed: what the failures cost), None where either is
+    missing (a stalled set's completion, no healthy time)."""
     def pick(dist: dict | None, key: str) -> float | None:
         return None if dist is None else dist.get(key)
+
+    def cost(key: str) -> float | None:
+        value = pick(completion, key)
+        return None if value is None or not healthy_s else value / healthy_s
+
     p100, completion = summary.p100_utilisation, summary.completion_s
     return {"failures_p100_p50": pick(p100, "p50"), "failures_p100_p99": pick(p100, "p99"),
             "failures_p100_max": pick(p100, "max"),
             "failures_completion_p50_s": pick(completion, "p50"),
             "failures_completion_p99_s": pick(completion, "p99"),
             "failures_completion_max_s": pick(completion, "max"),
+            "failures_slowdown_p50": cost("p50"), "failures_slowdown_p99": cost("p99"),
+            "failures_slowdown_max": cost("max"),
+            "failures_fabric_slowdown_p99": pick(summary.fabric_slowdown, "p99"),
             "stalled_sets": summary.stalled_sets, "failures_status": summary.status}
 
 
@@ -107,7 +119,7 @@ def point_rows(point: Point, report: Any) -> list[dict]:
                    watts=cost.get("watts"))
         summary = summaries.get((record.policy, record.workload))
         if summary is not None:
-            row.update(failure_figures(summary))
+            row.update(failure_figures(summary, record.completion_s))
         step = steps.get((record.policy, record.workload))
         if step is not None:   # a training step: its time per dimension, exposed and in all
             row.update({f"{STEP_PREFIX}{d['dimension']}_s": d["time_s"]
