@@ -107,7 +107,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("cache", ("fabricjax analyze scenarios/permutation.yaml -q -p ecmp", "fabricjax cache"),
            slow=False, show=(1,)),
     Output("bad-yaml", ("fabricjax analyze bad.yaml",), slow=False, files={"bad.yaml": BAD_YAML}),
-    Output("max-memory", ("fabricjax analyze scenarios/stargate.yaml --max-memory 3.5GiB",),
+    Output("max-memory", ("fabricjax analyze scenarios/stargate.yaml --max-memory 3GiB",),
            slow=False),
     Output("dev-full", ("fabricjax topo scenarios/quickstart.yaml --json /dev/full",), slow=False),
     Output("resume-refused", (

@@ -94,7 +94,8 @@ def fat_tree_scenario(gpus, radix, **extra):
                            "seed": 3, **extra})
 
 
-@pytest.mark.parametrize("gpus,radix", [(128, 8), (1024, 16), (2048, 32)])
+@pytest.mark.parametrize("gpus,radix", [
+    (128, 8), (1024, 16), pytest.param(2048, 32, marks=pytest.mark.slow)])
 def test_default_paths_reach_full_bisection(gpus, radix):
     """Left out, `fabric.paths` is the largest equal-cost set, and on a full-bisection fat
     tree the optimal split of a random permutation is at line rate (the bundled example at

@@ -129,7 +129,7 @@ def test_flows_and_slots_come_from_the_config():
     assert slots_per_flow("optimal", s) == 4 * 16   # planes x spines (radix 32: 16 up)
 
 
-@pytest.mark.parametrize("limit_gib,fix", [(3.5, "mrc.evs <= "), (2.0, "only --policy ecmp"),
+@pytest.mark.parametrize("limit_gib,fix", [(3.0, "mrc.evs <= "), (2.0, "only --policy ecmp"),
                                            (0.1, "a smaller fabric")])
 def test_refusal_names_the_estimate_and_a_change_that_fits(limit_gib, fix):
     scenario = parse_scenario(BIG)
