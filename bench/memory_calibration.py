@@ -97,23 +97,31 @@ def _estimate(path: Path) -> float:
     return estimate_memory(scenario).total / 2**20
 
 
+# Linux carries the peak RSS of the process that execs into the child's ru_maxrss, so the
+# child is started by this small launcher (no JAX: tens of MiB) rather than by the bench (which
+# has JAX loaded) or a test process (gigabytes, after a large case): it prints the child's
+# peak in KiB and its exit code
+LAUNCHER = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:], "
+            "stdout=subprocess.DEVNULL); _, status, usage = os.wait4(p.pid, 0); "
+            "print(usage.ru_maxrss, os.waitstatus_to_exitcode(status))")
+
+
 def _peak_of_child(path: Path) -> tuple[float, float]:
-    """(peak MiB, seconds) of `fabricjax analyze path` in a fresh process (wait4 gives that
-    child's own rusage), cold: with an empty cache folder of its own, so it compiles and
-    stores every program, as a user's first run does (a warm run, which loads them, peaks
-    lower: up to 1.9x on the smallest scenarios)."""
+    """(peak MiB, seconds) of `fabricjax analyze path` in a fresh process, cold: with an empty
+    cache folder of its own, so it compiles and stores every program, as a user's first run
+    does (a warm run, which loads them, peaks lower: up to 1.9x on the smallest scenarios)."""
     start = time.perf_counter()
     cache = tempfile.mkdtemp(prefix="fabricjax-bench-cache-")
-    proc = subprocess.Popen([sys.executable, "-m", "fabricjax_cli.main", "analyze", str(path), "-q",
-                             *_policy_args(path), "--cache-dir", cache],
-                            cwd=REPO, stdout=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
-    _, status, usage = os.wait4(proc.pid, 0)
+    out = subprocess.run([sys.executable, "-c", LAUNCHER, sys.executable, "-m",
+                          "fabricjax_cli.main", "analyze", str(path), "-q", *_policy_args(path),
+                          "--cache-dir", cache],
+                         cwd=REPO, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
     shutil.rmtree(cache, ignore_errors=True)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{path.stem}: fabricjax exited {proc.returncode}")
-    return usage.ru_maxrss / 1024, time.perf_counter() - start
+    peak_kib, code = (int(x) for x in out.stdout.split())
+    if code != 0:
+        raise SystemExit(f"{path.stem}: fabricjax exited {code}")
+    return peak_kib / 1024, time.perf_counter() - start
 
 
 def main() -> None:
