@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -151,6 +152,177 @@ def flow_link_pairs(links: np.ndarray, num_links: int) -> tuple[np.ndarray, np.n
 _run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "ev_rule", "lag", "ack_lag"))
 
 
+class _Sending(NamedTuple):
+    """What the device simulates of one phase, on the host (numpy): per sender (a flow, or
+    each slot of a flow whose slots are connections of their own) its slots' link ids
+    int32[F', K', H], shares and liveness, wire bytes, start (s from the phase's first),
+    source GPU, base RTT and window cap; and the rate NSCC's constants scale with."""
+
+    links: np.ndarray
+    share: np.ndarray
+    live: np.ndarray
+    size: np.ndarray
+    start: np.ndarray
+    src: np.ndarray
+    base: np.ndarray
+    max_window: np.ndarray
+    conn_rate: float
+
+
+def _split_in_time(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+                   slots: Slots, static: PhaseOutcome, alive_mask: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(links int32[F, K, H], share float64[F, K], live bool[F, K]) of the slots the phase
+    runs on. A recycling policy starts from its initial EVs (spraying's draw), not from the
+    static level's fixed point; a fixed one keeps the static choice (ECMP re-hashed after
+    failures). A flow of n packets cycles through its first n EVs only (packets are whole):
+    fewer slots than its share spreads over, e.g. 32 of 128 EVs for 128 KiB."""
+    recycle = policy.feedback == "recycle"
+    split = static.split
+    choice = slots.choice if recycle else np.asarray(split.choice)
+    links = fabric.slot_links(flows.src, flows.dst, slots.plane, choice,
+                              split.pool).astype(np.int32)
+    num_slots = links.shape[1]
+    live = np.all(np.r_[alive_mask, True][links], axis=-1)
+    if recycle:
+        share = live / np.maximum(live.sum(1, keepdims=True), 1)
+    else:
+        share = np.asarray(split.weights, np.float64)
+    packets = np.ceil(flows.size / scenario.transport.mtu_bytes)
+    first = np.arange(num_slots)[None, :] < packets[:, None]
+    first |= ~np.any(first & (share > 0), axis=1, keepdims=True)   # none live among them
+    if np.any(~first):
+        share = np.where(first, share, 0.0)
+        live = live & first
+        share = share / np.maximum(share.sum(1, keepdims=True), 1e-30)
+    return links, share, live
+
+
+def _step_lags(scenario: Scenario, fabric: AnyFabric, flows: Flows, size: np.ndarray,
+               network_rtt: float) -> tuple[float, int, int]:
+    """(step as a share of the base RTT, feedback lag and ACK lag in steps): `step_share` of
+    the shortest a flow with bytes can live, at the fair share of the busier of its NICs."""
+    nic = np.asarray(fabric.gpu_nic_gbps, np.float64) * 1e9 / 8
+    flow_nic = nic[flows.src]
+    sending_flow = size > 0
+    per_src = np.bincount(flows.src[sending_flow], minlength=fabric.gpus)
+    per_dst = np.bincount(flows.dst[sending_flow], minlength=fabric.gpus)
+    fair = np.minimum(flow_nic / np.maximum(per_src[flows.src], 1),
+                      nic[flows.dst] / np.maximum(per_dst[flows.dst], 1))
+    life = np.where(sending_flow, size / np.maximum(fair, 1e-30), np.inf)
+    step = step_share(float(life.min(initial=np.inf)), network_rtt)
+    return (step, max(int(round(LAG_RTT / step)), 0), max(int(round(ACK_LAG_RTT / step)), 0))
+
+
+def _as_connections(sending: _Sending, fabric: AnyFabric, flow_nic: np.ndarray) -> _Sending:
+    """Every slot as its own connection (a QP): its own bytes, its own window bounded by 1.5
+    BDP of the port it leaves by (uec.cpp's update_base_rtt: the NIC's link speed); the flow
+    is done when its slowest connection is."""
+    links, share, base = sending.links, sending.share, sending.base
+    num_slots, hops = links.shape[1], links.shape[2]
+    num_links = fabric.num_links
+    port_link = np.minimum(links[:, :, 0], num_links - 1)   # an empty slot carries 0
+    slot_rate = np.asarray(fabric.capacity, np.float64)[port_link] * 1e9 / 8
+    used = np.minimum(slot_rate, flow_nic[:, None])[share > 0]
+
+    def expand(a):
+        return np.repeat(a, num_slots, axis=0)
+
+    flat = links.reshape(-1, 1, hops)
+    return _Sending(
+        links=flat, share=np.ones((flat.shape[0], 1)), live=np.ones((flat.shape[0], 1), bool),
+        size=(sending.size[:, None] * share).reshape(-1), start=expand(sending.start),
+        src=expand(sending.src), base=expand(base),
+        max_window=(1.5 * base[:, None] * np.minimum(slot_rate, flow_nic[:, None])
+                    ).reshape(-1),
+        conn_rate=float(np.median(used)) if used.size else sending.conn_rate)
+
+
+def _link_settings(scenario: Scenario, fabric: AnyFabric, alive_mask: np.ndarray,
+                   network_rtt: float) -> tuple[int, tuple[np.ndarray, ...]]:
+    """(BDP in packets at the port rate, (capacity B/s, buffer, kmin, kmax, multiplexed)
+    float64[L]): queues and ECN thresholds from the BDP in packets, scaled by each link's
+    speed; a NIC paces its own port, so packets meet at random from the first switch on."""
+    pkt = packet_bytes(scenario)
+    port = scenario.fabric.port_gbps * 1e9 / 8
+    bdp_pkts = math.ceil(network_rtt * port / pkt)
+    capacity = np.where(alive_mask, fabric.capacity.astype(np.float64) * 1e9 / 8, 1.0)
+    speed = capacity / port
+    host_up = fabric.layout_bounds[0]
+    multiplexed = np.ones(fabric.num_links)
+    multiplexed[host_up[0]:host_up[1]] = 0.0
+    return bdp_pkts, (capacity, bdp_pkts * pkt * speed,
+                      math.ceil(0.2 * bdp_pkts) * pkt * speed,
+                      math.ceil(0.8 * bdp_pkts) * pkt * speed, multiplexed)
+
+
+def _params(scenario: Scenario, stream: tuple[int, int], network_rtt: float, step: float,
+            conn_rate: float, bdp_pkts: int, static_s: float, last_start: float
+            ) -> DynamicParams:
+    """The simulation's settings: NSCC's constants (solver.dynamic) scaled by the network BDP
+    at the connection's rate, the step, the retransmission timeout and the step bound."""
+    pkt = packet_bytes(scenario)
+    mss = scenario.transport.mtu_bytes
+    port = scenario.fabric.port_gbps * 1e9 / 8
+    scale_a = network_rtt * conn_rate / REFERENCE_BDP
+    target = 0.75 * network_rtt
+    scale_b = target / 12e-6
+    dt = network_rtt * step
+    horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + last_start
+    max_steps = int(min(math.ceil(horizon / dt), 2**24))
+    return DynamicParams(
+        dt=dt, pkt=float(pkt), mtu=float(pkt), target=target, network_rtt=network_rtt,
+        alpha=4.0 * mss * scale_a * scale_b / target, fi=5.0 * mss * scale_a,
+        eta=0.15 * mss * scale_a, fi_scale=0.25 * scale_a, gamma=0.8, delay_alpha=0.0125,
+        ack_packets=ACK_PAYLOAD / mss,
+        rto=retransmission_timeout_s(bdp_pkts * pkt, port), max_steps=max_steps,
+        stride=max(math.ceil(max_steps / RECORDS), 1),
+        seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31)
+
+
+def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np.ndarray,
+             capacity: np.ndarray, alive_mask: np.ndarray, params: DynamicParams,
+             static: PhaseOutcome, per_flow: int) -> DynamicOutcome:
+    """The simulation's device outputs as a `DynamicOutcome`; `per_flow` > 1: each flow's
+    slots ran as that many connections, so a flow ends with its slowest."""
+    finish = np.asarray(out.finish, np.float64)
+    delivered = np.asarray(out.delivered, np.float64)
+    trimmed = np.asarray(out.trimmed, np.float64)
+    duplicated = np.asarray(out.duplicated, np.float64)
+    stalls = np.asarray(out.stalls, np.int64)
+    start = relative_starts(flows)
+    if per_flow > 1:
+        num_flows = flows.num_flows
+        last = np.argmax(finish.reshape(num_flows, per_flow), axis=1)   # its slowest QP
+        finish = finish.reshape(num_flows, per_flow)[np.arange(num_flows), last]
+        delivered = delivered.reshape(num_flows, per_flow).sum(1)
+        trimmed = trimmed.reshape(num_flows, per_flow).sum(1)
+        duplicated = duplicated.reshape(num_flows, per_flow).sum(1)
+        stalls = stalls.reshape(num_flows, per_flow).sum(1)
+        size = size.reshape(num_flows, per_flow).sum(1)
+    # FCT at the sender: its last byte acknowledged (0 extra with the transport off)
+    fct = np.where(np.isfinite(finish),
+                   finish - start +
+                   transport_latency_s(scenario, flow_h, acknowledged=True), np.inf)
+    dt = params.dt
+    end = float(np.max(np.where(flows.size > 0, finish, 0.0), initial=0.0))
+    util = np.asarray(out.link_bytes, np.float64) / (capacity * max(end, dt))
+    p100 = float(np.max(np.where(alive_mask, util, 0.0), initial=0.0))
+    steps = int(out.steps)
+    used = min(RECORDS, steps // params.stride + 1)
+    series = np.asarray(out.series, np.float64)[:used]
+    times = (np.arange(used) + 1) * params.stride * dt
+    series = np.column_stack([times, series[:, 0], series[:, 1] * 8e-9, series[:, 2]])
+    return DynamicOutcome(
+        fct_s=fct, completion_s=end, p100_time_avg=p100,
+        p100_static=float(static.result.stats[0, 2]),
+        delivered_bytes=delivered, size_bytes=size, trimmed_bytes=trimmed,
+        duplicated_bytes=duplicated, ack_stalls=stalls,
+        max_fill=float(np.max(out.max_fill, initial=0.0)),
+        link_fill=np.asarray(out.max_fill, np.float64), series=series, steps=steps,
+        dt_s=dt, status=int(out.status), static=static)
+
+
 def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
                         flows: Flows, stream: tuple[int, int], *,
                         alive: np.ndarray | None = None, slots: Slots | None = None,
@@ -165,158 +337,53 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     if static is None:
         static = solve_policy_phase(policy, scenario, fabric, flows, stream, alive=alive,
                                     slots=slots)
-    recycle = policy.feedback == "recycle"
-    connections = policy.feedback == "connections"
-    # a recycling policy starts from its initial EVs (spraying's draw), not from the static
-    # level's fixed point; a fixed one keeps the static choice (ECMP re-hashed after failures)
-    split = static.split
-    choice = slots.choice if recycle else np.asarray(split.choice)
-    links = fabric.slot_links(flows.src, flows.dst, slots.plane, choice,
-                              split.pool).astype(np.int32)
-    num_flows, num_slots, hops = links.shape
     num_links = fabric.num_links
     alive_mask = np.ones(num_links, bool) if alive is None else np.asarray(alive, bool)
-    alive_ext = np.r_[alive_mask, True]
-    live = np.all(alive_ext[links], axis=-1)
-    if recycle:
-        share = live / np.maximum(live.sum(1, keepdims=True), 1)
-    else:
-        share = np.asarray(split.weights, np.float64)
-    # a flow of n packets cycles through its first n EVs only (packets are whole): fewer
-    # slots than its share spreads over, e.g. 32 of 128 EVs for 128 KiB
-    packets = np.ceil(flows.size / scenario.transport.mtu_bytes)
-    first = np.arange(num_slots)[None, :] < packets[:, None]
-    first |= ~np.any(first & (share > 0), axis=1, keepdims=True)   # none live among them
-    if np.any(~first):
-        share = np.where(first, share, 0.0)
-        live = live & first
-        share = share / np.maximum(share.sum(1, keepdims=True), 1e-30)
-    carried = np.asarray(split.carried, np.float64)
-
-    cfg = scenario.transport
-    pkt = packet_bytes(scenario)
-    wire = pkt / cfg.mtu_bytes
-    size = flows.size.astype(np.float64) * wire * carried
+    links, share, live = _split_in_time(policy, scenario, fabric, flows, slots, static,
+                                        alive_mask)
+    num_flows, num_slots, hops = links.shape
+    size = (flows.size.astype(np.float64) * (packet_bytes(scenario) /
+                                             scenario.transport.mtu_bytes) *
+            np.asarray(static.split.carried, np.float64))
     flow_h = fabric.flow_hops(flows.src, flows.dst)
-    diameter = int(flow_h.max(initial=1))
-    network_rtt = float(base_rtt_s(scenario, diameter))
-    port = scenario.fabric.port_gbps * 1e9 / 8
+    network_rtt = float(base_rtt_s(scenario, int(flow_h.max(initial=1))))
     nic = np.asarray(fabric.gpu_nic_gbps, np.float64) * 1e9 / 8
-    flow_nic = nic[flows.src]
     base = base_rtt_s(scenario, flow_h)
-    max_window = 1.5 * base * flow_nic
-    # the shortest a flow with bytes can live: at the fair share of the busier of its NICs
-    sending_flow = size > 0
-    per_src = np.bincount(flows.src[sending_flow], minlength=fabric.gpus)
-    per_dst = np.bincount(flows.dst[sending_flow], minlength=fabric.gpus)
-    fair = np.minimum(flow_nic / np.maximum(per_src[flows.src], 1),
-                      nic[flows.dst] / np.maximum(per_dst[flows.dst], 1))
-    life = np.where(sending_flow, size / np.maximum(fair, 1e-30), np.inf)
-    step = step_share(float(life.min(initial=np.inf)), network_rtt)
-    lag = max(int(round(LAG_RTT / step)), 0)
-    ack_lag = max(int(round(ACK_LAG_RTT / step)), 0)
+    step, lag, ack_lag = _step_lags(scenario, fabric, flows, size, network_rtt)
     check_dynamic_memory(num_flows, num_slots, hops,
                          available_memory() if max_memory is None else max_memory,
                          policy, scenario, num_links, lag, ack_lag)
-    src = flows.src
-    start = relative_starts(flows)          # the device sees no absolute clock
-    fabric_gbps = np.asarray(fabric.capacity, np.float64)
-    # the rate NSCC's constants scale with: the NIC's (one connection over all its ports)
-    conn_rate = float(np.median(nic))
+    # the device sees no absolute clock; NSCC's constants scale with the NIC's rate (one
+    # connection over all its ports)
+    sending = _Sending(links=links, share=share, live=live, size=size,
+                       start=relative_starts(flows), src=flows.src, base=base,
+                       max_window=1.5 * base * nic[flows.src], conn_rate=float(np.median(nic)))
+    connections = policy.feedback == "connections"
     if connections:
-        # every slot is its own connection (a QP): its own bytes, its own window bounded by
-        # 1.5 BDP of the port it leaves by (uec.cpp's update_base_rtt: the NIC's link speed);
-        # the flow is done when its slowest connection is
-        port_link = np.minimum(links[:, :, 0], num_links - 1)   # an empty slot carries 0
-        slot_rate = fabric_gbps[port_link] * 1e9 / 8
-        size = (size[:, None] * share).reshape(-1)
-        max_window = (1.5 * base[:, None] * np.minimum(slot_rate, flow_nic[:, None])).reshape(-1)
-        used = np.minimum(slot_rate, flow_nic[:, None])[share > 0]
-        conn_rate = float(np.median(used)) if used.size else conn_rate
-        expand = lambda a: np.repeat(a, num_slots, axis=0)   # noqa: E731
-        base, src, start = expand(base), expand(src), expand(start)
-        links = links.reshape(-1, 1, hops)
-        live = np.ones((links.shape[0], 1), bool)
-        share = np.ones((links.shape[0], 1))
-    # queues and ECN thresholds from the BDP in packets at the port rate, scaled by speed
-    bdp_pkts = math.ceil(network_rtt * port / pkt)
-    capacity = np.where(alive_mask, fabric.capacity.astype(np.float64) * 1e9 / 8, 1.0)
-    speed = capacity / port
-    buffer = bdp_pkts * pkt * speed
-    kmin = math.ceil(0.2 * bdp_pkts) * pkt * speed
-    kmax = math.ceil(0.8 * bdp_pkts) * pkt * speed
-    # a NIC paces its own port: packets meet at random from the first switch on
-    host_up = fabric.layout_bounds[0]
-    multiplexed = np.ones(num_links)
-    multiplexed[host_up[0]:host_up[1]] = 0.0
-    pair, pair_link = flow_link_pairs(links, num_links)
-    # NSCC's constants (solver.dynamic), scaled by the network BDP at the connection's rate
-    mss = cfg.mtu_bytes
-    scale_a = network_rtt * conn_rate / REFERENCE_BDP
-    target = 0.75 * network_rtt
-    scale_b = target / 12e-6
-    dt = network_rtt * step
-    static_s = static.fabric_end_s          # the static level's end, on the wire
-    horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + float(start.max(
-        initial=0.0))
-    max_steps = int(min(math.ceil(horizon / dt), 2**24))
-    stride = max(math.ceil(max_steps / RECORDS), 1)
-    params = DynamicParams(
-        dt=dt, pkt=float(pkt), mtu=float(pkt), target=target, network_rtt=network_rtt,
-        alpha=4.0 * mss * scale_a * scale_b / target, fi=5.0 * mss * scale_a,
-        eta=0.15 * mss * scale_a, fi_scale=0.25 * scale_a, gamma=0.8, delay_alpha=0.0125,
-        ack_packets=ACK_PAYLOAD / mss,
-        rto=retransmission_timeout_s(bdp_pkts * pkt, port), max_steps=max_steps,
-        stride=stride,
-        seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31)
+        sending = _as_connections(sending, fabric, nic[flows.src])
+    bdp_pkts, (capacity, buffer, kmin, kmax, multiplexed) = _link_settings(
+        scenario, fabric, alive_mask, network_rtt)
+    pair, pair_link = flow_link_pairs(sending.links, num_links)
+    params = _params(scenario, stream, network_rtt, step, sending.conn_rate, bdp_pkts,
+                     static.fabric_end_s, float(sending.start.max(initial=0.0)))
     f32 = np.float32
-    ext = lambda a, fill: np.r_[a, fill].astype(f32)   # noqa: E731 - the sentinel's value
+
+    def ext(a, fill):       # the sentinel's value
+        return np.r_[a, fill].astype(f32)
+
     args = jax.device_put((
-        links, share.astype(f32), live, size.astype(f32), start.astype(f32),
-        src.astype(np.int32), nic.astype(f32), base.astype(f32),
-        max_window.astype(f32), ext(capacity, np.inf), ext(buffer, np.inf),
-        ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0), pair, pair_link,
+        sending.links, sending.share.astype(f32), sending.live, sending.size.astype(f32),
+        sending.start.astype(f32), sending.src.astype(np.int32), nic.astype(f32),
+        sending.base.astype(f32), sending.max_window.astype(f32), ext(capacity, np.inf),
+        ext(buffer, np.inf), ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0), pair,
+        pair_link,
         DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
                         for name, v in zip(DynamicParams._fields, params)))))
-    ev_rule = MRC_EV_RULE if recycle else "fixed"
+    ev_rule = MRC_EV_RULE if policy.feedback == "recycle" else "fixed"
     out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:], ev_rule=ev_rule, lag=lag,
                               ack_lag=ack_lag))
-    finish = np.asarray(out.finish, np.float64)
-    delivered = np.asarray(out.delivered, np.float64)
-    trimmed = np.asarray(out.trimmed, np.float64)
-    duplicated = np.asarray(out.duplicated, np.float64)
-    stalls = np.asarray(out.stalls, np.int64)
-    start = relative_starts(flows)
-    if connections:
-        last = np.argmax(finish.reshape(num_flows, num_slots), axis=1)   # its slowest QP
-        finish = finish.reshape(num_flows, num_slots)[np.arange(num_flows), last]
-        delivered = delivered.reshape(num_flows, num_slots).sum(1)
-        trimmed = trimmed.reshape(num_flows, num_slots).sum(1)
-        duplicated = duplicated.reshape(num_flows, num_slots).sum(1)
-        stalls = stalls.reshape(num_flows, num_slots).sum(1)
-        size = size.reshape(num_flows, num_slots).sum(1)
-    # FCT at the sender: its last byte acknowledged (0 extra with the transport off)
-    fct = np.where(np.isfinite(finish),
-                   finish - start +
-                   transport_latency_s(scenario, flow_h, acknowledged=True), np.inf)
-    sending = flows.size > 0
-    end = float(np.max(np.where(sending, finish, 0.0), initial=0.0))
-    span = max(end, dt)
-    util = np.asarray(out.link_bytes, np.float64) / (capacity * span)
-    p100 = float(np.max(np.where(alive_mask, util, 0.0), initial=0.0))
-    steps = int(out.steps)
-    used = min(RECORDS, steps // stride + 1)
-    series = np.asarray(out.series, np.float64)[:used]
-    times = (np.arange(used) + 1) * stride * dt
-    series = np.column_stack([times, series[:, 0], series[:, 1] * 8e-9, series[:, 2]])
-    return DynamicOutcome(
-        fct_s=fct, completion_s=end, p100_time_avg=p100,
-        p100_static=float(static.result.stats[0, 2]),
-        delivered_bytes=delivered, size_bytes=size, trimmed_bytes=trimmed,
-        duplicated_bytes=duplicated, ack_stalls=stalls,
-        max_fill=float(np.max(out.max_fill, initial=0.0)),
-        link_fill=np.asarray(out.max_fill, np.float64), series=series, steps=steps,
-        dt_s=dt, status=int(out.status), static=static)
+    return _outcome(out, scenario, flows, flow_h, sending.size, capacity, alive_mask, params,
+                    static, num_slots if connections else 1)
 
 
 def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, float]:

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -178,6 +178,143 @@ def _moves(bits, controlled, marked, level, damping):
     return (bits >> 16).astype(jnp.float32) < p_move * jnp.float32(65536.0)
 
 
+class _Phase(NamedTuple):
+    """What every iteration of the fixed point reads and never changes (traced arrays, the
+    routes and static settings)."""
+
+    routes: Any
+    plane: jax.Array        # int32[F, K]
+    demand: jax.Array       # float[F]
+    capacity: jax.Array     # float[L]
+    alive: jax.Array        # bool[L]
+    alive_ext: jax.Array    # bool[L + 1]
+    cross: jax.Array        # bool[F, K] or [F, 1]: the EV's choice matters
+    host_live: jax.Array    # bool[F, K]: its NIC ports (both ends) are alive
+    all_alive: jax.Array    # bool: every link alive (the no-failure baseline)
+    threshold: Any
+    damping: Any
+    ev_index: jax.Array     # uint32[F, K]: each EV's counter for its random bits
+    seed_words: jax.Array   # uint32[2]
+    fabric_range: tuple
+    clock_rows: int
+
+
+class _Measured(NamedTuple):
+    """An EV set's state: each EV's controlled utilisation and mark, the P100, the fabric
+    overload, the EVs on dead paths, the marking level and (with the clock) each flow's
+    speed."""
+
+    controlled: jax.Array
+    marked: jax.Array
+    p100: jax.Array
+    overload: jax.Array
+    dead_evs: jax.Array
+    level: jax.Array
+    speed: jax.Array
+
+
+class _Loop(NamedTuple):
+    """The fixed point's carry: the EV set and its measure, the best overload so far and the
+    iterations since it improved by tol, the iteration, the traces, the best EV set (fewest
+    EVs on dead paths, then lowest P100, then lowest overload) and, with the clock, the flows'
+    speeds in every set."""
+
+    spine: jax.Array
+    controlled: jax.Array
+    marked: jax.Array
+    best: jax.Array
+    since_best: jax.Array
+    it: jax.Array
+    trace: jax.Array
+    excess: jax.Array
+    best_spine: jax.Array
+    best_dead: jax.Array
+    best_p100: jax.Array
+    best_overload: jax.Array
+    level: jax.Array
+    speeds: jax.Array
+
+
+def _measure(ph: _Phase, spine) -> _Measured:
+    """Loads, utilisation, marks and the stop rule's figures of one EV set."""
+    routes, plane = ph.routes, ph.plane
+    num_links = ph.capacity.shape[0]
+    # with every link alive no path needs its liveness looked up, and `lax.cond` takes passes
+    # without those gathers: on a CPU a gather keeps XLA from vectorising the loop it sits in,
+    # and they took half an iteration at 131,072 GPUs
+    fabric_ok = jax.lax.cond(ph.all_alive, lambda s: jnp.ones(s.shape, bool),       # [F, K]
+                             lambda s: routes.controlled_alive(plane, s, ph.alive_ext), spine)
+    live = fabric_ok & ph.host_live
+    count = jnp.sum(live, axis=1, keepdims=True, dtype=jnp.int32).astype(jnp.float32)
+    # demand x (1 / count): XLA rewrote the former demand x live / count into this, and
+    # spelling it out keeps every figure to the bit
+    rate = jnp.where(live, ph.demand[:, None] * (1.0 / jnp.maximum(count, 1.0)), 0.0)
+    load = routes.slot_loads(plane, spine, rate, num_links + 1)
+    util, usable = _utilisation(load, ph.capacity, ph.alive)
+    util_ext = jnp.concatenate([util, jnp.zeros(1)])
+    fabric_dead = ~fabric_ok & ph.cross
+    controlled = routes.controlled_max(plane, spine, util_ext)
+    controlled = jnp.where(fabric_dead, jnp.inf, controlled)
+    p100, level, overload = _marking(load, util, usable, ph.capacity, ph.threshold,
+                                     ph.fabric_range)
+    marked = ((controlled > level) | fabric_dead) & ph.cross & ph.host_live
+    # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
+    # better (MRC retires them within microseconds), whatever its P100 (counted per flow
+    # first, which XLA fuses, where one sum stored the [F, K] mask as int32)
+    dead_evs = jnp.sum(jnp.sum(fabric_dead & ph.host_live, axis=1, dtype=jnp.int32))
+    speed = (flow_speed(routes, plane, spine, live, util_ext) if ph.clock_rows
+             else jnp.zeros(spine.shape[0], jnp.float32))
+    return _Measured(controlled, marked, p100, overload, dead_evs, level, speed)
+
+
+def _swap(ph: _Phase, spine, controlled, marked, level, it, *, lookup: bool):
+    """The EV set after one reaction; `lookup`: some link is dead, so a candidate's path must
+    be checked (else the first candidate is live)."""
+    routes = ph.routes
+    # one 32-bit draw per EV: the high half decides whether it moves, the low half where
+    bits = hash_bits(ph.ev_index, ph.seed_words, it)
+    move = _moves(bits, controlled, marked, level, ph.damping)
+    # a random other path of the same plane (slot k stays on its plane): candidates are the
+    # plane's other paths in cyclic order from a uniform random start; the first whose path is
+    # alive is taken, else the EV stays and retries next iteration
+    if lookup:
+        target, found = routes.first_live_alternative(ph.plane, spine, bits, RETARGET_DRAWS,
+                                                      ph.alive_ext)
+        move = move & found
+    else:
+        target = routes.alternatives(ph.plane, spine, bits, 1)[..., 0]
+    move = move & routes.can_move()
+    return jnp.where(move, target, spine).astype(spine.dtype)
+
+
+def _iterate(ph: _Phase, state: _Loop, tol) -> _Loop:
+    """One iteration: swap the marked EVs, measure the new set, keep the best one."""
+    new_spine = jax.lax.cond(ph.all_alive, functools.partial(_swap, ph, lookup=False),
+                             functools.partial(_swap, ph, lookup=True),
+                             state.spine, state.controlled, state.marked, state.level,
+                             state.it)
+    m = _measure(ph, new_spine)
+    speeds = state.speeds
+    if ph.clock_rows:      # the set after iteration it + 1: its own row, or the tail's sum
+        speeds = speeds.at[jnp.minimum(state.it + 1, ph.clock_rows)].add(m.speed)
+    improved = m.overload < state.best * (1.0 - tol)
+    same_dead = m.dead_evs == state.best_dead
+    better = (m.dead_evs < state.best_dead) | (same_dead & (m.p100 < state.best_p100)) | (
+        same_dead & (m.p100 == state.best_p100) & (m.overload < state.best_overload))
+    return _Loop(
+        spine=new_spine, controlled=m.controlled, marked=m.marked,
+        best=jnp.minimum(state.best, m.overload),
+        since_best=jnp.where(improved, 0, state.since_best + 1), it=state.it + 1,
+        trace=state.trace.at[state.it + 1].set(m.p100),
+        excess=state.excess.at[state.it + 1].set(m.overload),
+        # a copy only when it is better (a select would read and write both sets every time)
+        best_spine=jax.lax.cond(better, lambda: new_spine, lambda: state.best_spine),
+        best_dead=jnp.where(better, m.dead_evs, state.best_dead),
+        best_p100=jnp.where(better, m.p100, state.best_p100),
+        best_overload=jnp.where(better, m.overload, state.best_overload),
+        level=m.level, speeds=speeds)
+
+
 def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshold, damping,
                     tol, *, max_iters: int, patience, fabric_range: tuple[int, int],
                     clock_rows: int = 0) -> MrcResult:
@@ -192,128 +329,54 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
     policy passes it among its options, so a sweep over it, or a failure set's own, never
     recompiles). `clock_rows` (static) > 0 records every flow's speed in each EV set the loop
     passes through (`MrcResult.speeds`), for `engine.timing.clocked_durations`."""
-    num_links = capacity.shape[0]
     num_flows, num_slots = spine.shape
     alive_ext = jnp.concatenate([alive, jnp.array([True])])
-    cross = routes.choice_matters(plane)              # [F, K] or [F, 1]: EV choice matters
     # an EV whose NIC port (either end) is dead is retired for good: no path of its plane can
     # carry it, so it is never marked and never moves
     # (invariant terms come last in each expression: XLA hoists a loop-invariant [F, K]
     # expression out of the loop as a stored array, which every iteration would then read)
-    host_live = routes.host_ok(plane, alive_ext)                          # [F, K]
-    # with every link alive (the no-failure baseline) no path needs its liveness looked up, and
-    # `lax.cond` takes passes without those gathers: on a CPU a gather keeps XLA from
-    # vectorising the loop it sits in, and they took half an iteration at 131,072 GPUs
-    all_alive = _all_alive(alive)
-
-    def measure(spine):
-        fabric_ok = jax.lax.cond(all_alive, lambda s: jnp.ones(s.shape, bool),     # [F, K]
-                                 lambda s: routes.controlled_alive(plane, s, alive_ext), spine)
-        live = fabric_ok & host_live
-        count = jnp.sum(live, axis=1, keepdims=True, dtype=jnp.int32).astype(jnp.float32)
-        # demand x (1 / count): XLA rewrote the former demand x live / count into this, and
-        # spelling it out keeps every figure to the bit
-        rate = jnp.where(live, demand[:, None] * (1.0 / jnp.maximum(count, 1.0)), 0.0)
-        load = routes.slot_loads(plane, spine, rate, num_links + 1)
-        util, usable = _utilisation(load, capacity, alive)
-        util_ext = jnp.concatenate([util, jnp.zeros(1)])
-        fabric_dead = ~fabric_ok & cross
-        controlled = routes.controlled_max(plane, spine, util_ext)
-        controlled = jnp.where(fabric_dead, jnp.inf, controlled)
-        p100, level, overload = _marking(load, util, usable, capacity, threshold,
-                                         fabric_range)
-        marked = ((controlled > level) | fabric_dead) & cross & host_live
-        # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
-        # better (MRC retires them within microseconds), whatever its P100 (counted per flow
-        # first, which XLA fuses, where one sum stored the [F, K] mask as int32)
-        dead_evs = jnp.sum(jnp.sum(fabric_dead & host_live, axis=1, dtype=jnp.int32))
-        speed = (flow_speed(routes, plane, spine, live, util_ext) if clock_rows
-                 else jnp.zeros(num_flows, jnp.float32))
-        return controlled, marked, p100, overload, dead_evs, level, speed
-
-    ev_index = jnp.arange(num_flows * num_slots, dtype=jnp.uint32).reshape(spine.shape)
+    ph = _Phase(routes=routes, plane=plane, demand=demand, capacity=capacity, alive=alive,
+                alive_ext=alive_ext, cross=routes.choice_matters(plane),
+                host_live=routes.host_ok(plane, alive_ext), all_alive=_all_alive(alive),
+                threshold=threshold, damping=damping,
+                ev_index=jnp.arange(num_flows * num_slots,
+                                    dtype=jnp.uint32).reshape(spine.shape),
+                seed_words=jax.random.bits(key, (2,), jnp.uint32),
+                fabric_range=fabric_range, clock_rows=clock_rows)
     # the EV sets travel in the routes' narrowest choice dtype (uint8 spines on a Clos of up to
     # 256 spines): every pass over them and the best set's copy move a quarter of the bytes
     spine = spine.astype(routes.choice_dtype())
-    seed_words = jax.random.bits(key, (2,), jnp.uint32)
-    controlled0, marked0, p100_0, overload0, dead0, level0, speed0 = measure(spine)
-    trace0 = jnp.full(max_iters + 1, p100_0, jnp.float32)
-    excess0 = jnp.full(max_iters + 1, overload0, jnp.float32)
+    m0 = _measure(ph, spine)
     speeds0 = jnp.zeros((clock_rows + 1 if clock_rows else 0, num_flows), jnp.float32)
     if clock_rows:
-        speeds0 = speeds0.at[0].set(speed0)
-
-    # state: spine, controlled, marked, best overload so far, iterations since it improved by
-    # tol, iteration, traces, and the best EV set (fewest EVs on dead paths, then lowest P100,
-    # then lowest overload), and the flows' speeds in every set (with the clock)
-    init = (spine, controlled0, marked0, overload0, jnp.int32(0), jnp.int32(0), trace0,
-            excess0, spine, dead0, p100_0, overload0, level0, speeds0)
+        speeds0 = speeds0.at[0].set(m0.speed)
+    init = _Loop(spine=spine, controlled=m0.controlled, marked=m0.marked, best=m0.overload,
+                 since_best=jnp.int32(0), it=jnp.int32(0),
+                 trace=jnp.full(max_iters + 1, m0.p100, jnp.float32),
+                 excess=jnp.full(max_iters + 1, m0.overload, jnp.float32), best_spine=spine,
+                 best_dead=m0.dead_evs, best_p100=m0.p100, best_overload=m0.overload,
+                 level=m0.level, speeds=speeds0)
 
     def cond(state):
-        _, _, marked, _, since_best, it = state[:6]
-        return jnp.any(marked) & (since_best < patience) & (it < max_iters)
+        return jnp.any(state.marked) & (state.since_best < patience) & (state.it < max_iters)
 
-    def swap(spine, controlled, marked, level, it, *, lookup: bool):
-        """The EV set after one reaction; `lookup`: some link is dead, so a candidate's path
-        must be checked (else the first candidate is live)."""
-        # one 32-bit draw per EV: the high half decides whether it moves, the low half where
-        bits = hash_bits(ev_index, seed_words, it)
-        move = _moves(bits, controlled, marked, level, damping)
-        # a random other path of the same plane (slot k stays on its plane): candidates are
-        # the plane's other paths in cyclic order from a uniform random start; the first whose
-        # path is alive is taken, else the EV stays and retries next iteration
-        if lookup:
-            target, found = routes.first_live_alternative(plane, spine, bits, RETARGET_DRAWS,
-                                                          alive_ext)
-            move = move & found
-        else:
-            target = routes.alternatives(plane, spine, bits, 1)[..., 0]
-        move = move & routes.can_move()
-        return jnp.where(move, target, spine).astype(spine.dtype)
-
-    def body(state):
-        (spine, controlled, marked, best, since_best, it, trace, excess,
-         best_spine, best_dead, best_p100, best_overload, level, speeds) = state
-        new_spine = jax.lax.cond(all_alive, functools.partial(swap, lookup=False),
-                                 functools.partial(swap, lookup=True),
-                                 spine, controlled, marked, level, it)
-        controlled, marked, p100, overload, dead_evs, level, speed = measure(new_spine)
-        if clock_rows:      # the set after iteration it + 1: its own row, or the tail's sum
-            speeds = speeds.at[jnp.minimum(it + 1, clock_rows)].add(speed)
-        improved = overload < best * (1.0 - tol)
-        best = jnp.minimum(best, overload)
-        since_best = jnp.where(improved, 0, since_best + 1)
-        trace = trace.at[it + 1].set(p100)
-        excess = excess.at[it + 1].set(overload)
-        same_dead = dead_evs == best_dead
-        better = (dead_evs < best_dead) | (same_dead & (p100 < best_p100)) | (
-            same_dead & (p100 == best_p100) & (overload < best_overload))
-        # a copy only when it is better (a select would read and write both sets every time)
-        best_spine = jax.lax.cond(better, lambda: new_spine, lambda: best_spine)
-        best_dead = jnp.where(better, dead_evs, best_dead)
-        best_p100 = jnp.where(better, p100, best_p100)
-        best_overload = jnp.where(better, overload, best_overload)
-        return (new_spine, controlled, marked, best, since_best, it + 1, trace, excess,
-                best_spine, best_dead, best_p100, best_overload, level, speeds)
-
-    final = jax.lax.while_loop(cond, body, init)
-    (last_spine, _, last_marked, _, since_best, it, trace, excess, best_spine, _, _,
-     best_overload, _, speeds) = final
+    final = jax.lax.while_loop(cond, lambda state: _iterate(ph, state, tol), init)
+    it = final.it
     steps = jnp.arange(max_iters + 1)
-    trace = jnp.where(steps > it, trace[it], trace)  # unused tail repeats the final value
-    excess = jnp.where(steps > it, excess[it], excess)
+    trace = jnp.where(steps > it, final.trace[it], final.trace)  # the tail repeats the last
+    excess = jnp.where(steps > it, final.excess[it], final.excess)
     # a balanced stop is a true fixed point (nothing would move again): return it; otherwise
     # the swapping would go on, and the best EV set it reached is returned
-    balanced = ~jnp.any(last_marked)
-    spine_out = jnp.where(balanced, last_spine, best_spine)
-    _, marked_out, _, overload_out, _, _, final_speed = measure(spine_out)
+    balanced = ~jnp.any(final.marked)
+    spine_out = jnp.where(balanced, final.spine, final.best_spine)
+    m_out = _measure(ph, spine_out)
     status = jnp.where(balanced, MRC_BALANCED,
-                       jnp.where(since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
+                       jnp.where(final.since_best >= patience, MRC_SETTLED, MRC_ITERATION_CAP))
     return MrcResult(spine=spine_out.astype(jnp.int32), iterations=it,
-                     status=status.astype(jnp.int32), residual=overload_out,
-                     marked=jnp.sum(marked_out).astype(jnp.int32), trace=trace,
-                     excess_trace=excess, final_spine=last_spine.astype(jnp.int32),
-                     speeds=speeds, final_speed=final_speed)
+                     status=status.astype(jnp.int32), residual=m_out.overload,
+                     marked=jnp.sum(m_out.marked).astype(jnp.int32), trace=trace,
+                     excess_trace=excess, final_spine=final.spine.astype(jnp.int32),
+                     speeds=final.speeds, final_speed=m_out.speed)
 
 
 class MrcSettings(Strict):

@@ -375,6 +375,421 @@ def spurious_share(rate, rtt, mark, p):
     return per_original / (1.0 + per_original)
 
 
+class _Run(NamedTuple):
+    """What every step of one run reads and never changes: the inputs of `simulate_dynamic`
+    (see there), the streams of its random draws and a few arrays derived once."""
+
+    links: jax.Array
+    start: jax.Array
+    src: jax.Array
+    nic: jax.Array
+    base_rtt: jax.Array
+    max_window: jax.Array
+    capacity: jax.Array
+    buffer: jax.Array
+    kmin: jax.Array
+    kmax: jax.Array
+    multiplexed: jax.Array
+    pair: jax.Array
+    pair_link: jax.Array
+    p: DynamicParams
+    key: jax.Array          # the marked ACKs' draws; the others' streams fold it
+    tail_key: jax.Array
+    dup_key: jax.Array
+    trim_key: jax.Array
+    stall_key: jax.Array
+    live_f: jax.Array       # float[F, K] the slots a recycling policy may move bytes to
+    n_live: jax.Array       # float[F, 1] how many
+    revisits: jax.Array     # bool[F]: the bitmap walk comes back to an EV (more packets than
+                            # live EVs: one with fewer sends one on each and is done first)
+    real: jax.Array         # bool[L+1]: not the sentinel
+    num_gpus: int
+    ev_rule: str
+    lag: int
+    ack_lag: int
+
+
+class _Send(NamedTuple):
+    """Step 2, per flow: what it sends this step and what it knows (the signals `lag` steps
+    late)."""
+
+    now: jax.Array
+    sending: jax.Array
+    seen_delay: jax.Array   # [F, K]
+    seen_mark: jax.Array    # [F, K]
+    seen_pass: jax.Array    # [F, K]
+    delay_f: jax.Array      # the slots' mean queueing delay
+    rtt: jax.Array
+    uncapped: jax.Array     # its NIC's share, before the cap at what is left
+    held: jax.Array         # its NIC's round robin, not its window, holds it
+    marked_w: jax.Array     # [F, K] share x passed x marked
+    unmarked_w: jax.Array   # [F, K]
+    mark_f: jax.Array
+    dup: jax.Array          # the share of its packets the timer sends twice
+    rate: jax.Array
+    per_ack: jax.Array      # packets per clean ACK
+    slot_rate: jax.Array    # [F, K]
+
+
+class _Links(NamedTuple):
+    """Step 3, per link: arrivals, the fluid queue and what the packet queue adds."""
+
+    contrib: jax.Array      # [F*K*H] each entry's arrivals
+    arrive: jax.Array
+    busy: jax.Array         # the packet queue's utilisation
+    merging: jax.Array      # the share of packets that meet others at random
+    others: jax.Array       # merging paths less one: the packet queue's cap in packets
+    queue: jax.Array
+    passed: jax.Array
+    link_bytes: jax.Array
+    forward: jax.Array
+    tail: jax.Array         # the share the packet queue's tail trims
+
+
+class _Delivered(NamedTuple):
+    """Step 4, per flow: the step's bytes delivered, trimmed and sent twice."""
+
+    owed: jax.Array
+    dup_owed: jax.Array
+    dup_bytes: jax.Array
+    lost_bytes: jax.Array
+    done_now: jax.Array
+    frac: jax.Array
+    gone: jax.Array
+    remaining: jax.Array
+
+
+class _Nscc(NamedTuple):
+    """Step 5, per flow: NSCC's window and bookkeeping after the step's ACKs and NACKs."""
+
+    echoes: jax.Array
+    avg_delay: jax.Array
+    window: jax.Array
+    fi_count: jax.Array
+    marks: jax.Array
+    since_dec: jax.Array
+    achieved: jax.Array
+    qa_clock: jax.Array
+    qa_trigger: jax.Array
+    stall: jax.Array
+    stalls: jax.Array
+    dup_owed: jax.Array
+
+
+def _send(run: _Run, s: _State) -> _Send:
+    """Steps 1-2: the path signals as the sender sees them, its rate (the NIC's round robin,
+    capped at what is left) and the share of its packets it sends twice."""
+    p = run.p
+    dt = p.dt
+    now = s.step.astype(jnp.float32) * dt
+    sending = (s.remaining > 0) & (run.start <= now)
+    # a stalled flow is out of its NIC's round robin until its timer fires
+    active = sending & (now >= s.stall)
+    # what the sender knows: the link signals `lag` steps ago
+    seen = s.history[(s.step + 1) % (run.lag + 1)]
+    seen_delay, seen_mark, seen_pass = _path(seen[run.links])
+    delay_f = (s.share * seen_delay).sum(1)
+    rtt = run.base_rtt + delay_f
+    # the NIC's round robin, a packet per turn to each flow its window lets send
+    uncapped, held = nic_round_robin(s.window, rtt, active, run.src, run.nic, p.pkt,
+                                     run.num_gpus)
+    # never much past what is left: the last step sends what should get through
+    through_seen = (s.share * seen_pass).sum(1)
+    clean = s.share * seen_pass
+    marked_w = clean * seen_mark
+    unmarked_w = clean - marked_w
+    mark_f = marked_w.sum(1) / jnp.maximum(clean.sum(1), TINY)
+    # packets per clean ACK: a packet that fills the window or empties the backlog asks for an
+    # ACK at once (uec.cpp, the AR flag), so a window-limited flow or one sending its last
+    # bytes is ACKed packet by packet (an upper bound: htsim ACKs 0.36-0.79 of its unmarked
+    # packets), one held back by its NIC every 16 KiB -- and the share of its packets it
+    # sends twice when its timer fires first
+    dup = jnp.where(held & SPURIOUS_TIMEOUTS, spurious_share(uncapped, rtt, mark_f, p), 0.0)
+    rate = jnp.minimum(uncapped, (s.remaining + s.owed + s.dup_owed) / (
+        dt * jnp.maximum(through_seen, MIN_THROUGH) * (1.0 - dup)))
+    per_ack = jnp.where(held & (rate >= uncapped), p.ack_packets, 1.0)
+    dup = jnp.where(per_ack > 1.0, dup, 0.0)
+    return _Send(now=now, sending=sending, seen_delay=seen_delay, seen_mark=seen_mark,
+                 seen_pass=seen_pass, delay_f=delay_f, rtt=rtt, uncapped=uncapped, held=held,
+                 marked_w=marked_w, unmarked_w=unmarked_w, mark_f=mark_f, dup=dup, rate=rate,
+                 per_ack=per_ack, slot_rate=rate[:, None] * s.share)
+
+
+def _queues(run: _Run, s: _State, send: _Send) -> _Links:
+    """Step 3: every link's arrivals, fluid queue, trims, departures and packet queue."""
+    p, links, capacity, buffer, real = run.p, run.links, run.capacity, run.buffer, run.real
+    num_links = capacity.shape[0]
+    dt = p.dt
+    # arrivals: hop h gets what the hops before it forwarded in the last step; a link passes
+    # on what it got times its last step's ratio (above 1 while its queue drains), but never
+    # more than its capacity of what is offered to it now: the ratio was taken on the last
+    # step's arrivals, and those sending change (flows start, end)
+    flat = links.reshape(-1)
+    offered = jax.ops.segment_sum(
+        jnp.broadcast_to(send.slot_rate[..., None], links.shape).reshape(-1), flat,
+        num_segments=num_links)
+    ceiling = jnp.maximum(capacity / jnp.maximum(offered, TINY), 1.0)
+    upstream = jnp.cumprod(jnp.minimum(s.forward, ceiling)[links], axis=-1)
+    reach = jnp.concatenate([jnp.ones_like(upstream[..., :1]), upstream[..., :-1]], -1)
+    contrib = (send.slot_rate[..., None] * reach).reshape(-1)
+    arrive = jax.ops.segment_sum(contrib, flat, num_segments=num_links)
+    arrive = jnp.where(real, arrive, 0.0)
+    busy = utilisation(arrive, capacity)
+    # packets meet at random only where several flows merge (1 - the flows' Herfindahl index
+    # of the arrivals: 0 for one flow), and n paced paths queue at most n - 1 packets ahead
+    # of one (n*D/D/1; n = 1 / the paths' Herfindahl index)
+    per_pair = jax.ops.segment_sum(contrib, run.pair.reshape(-1),
+                                   num_segments=run.pair_link.shape[0])
+    flow_sq = jax.ops.segment_sum(per_pair * per_pair, run.pair_link, num_segments=num_links)
+    path_sq = jax.ops.segment_sum(contrib * contrib, flat, num_segments=num_links)
+    arrive_sq = jnp.maximum(arrive * arrive, TINY)
+    merging = run.multiplexed * (1.0 - flow_sq / arrive_sq)
+    others = arrive_sq / jnp.maximum(path_sq, TINY) - 1.0
+    level = s.queue + arrive * dt - jnp.where(jnp.isfinite(capacity), capacity * dt, 0.0)
+    over = jnp.maximum(level - buffer, 0.0)
+    queue = jnp.where(real, jnp.clip(level, 0.0, buffer), 0.0)
+    passed = jnp.where(real & (arrive > 0), 1.0 - over / jnp.maximum(arrive * dt, TINY), 1.0)
+    departed = jnp.where(real, s.queue + arrive * dt - over - queue, 0.0)
+    # what a link passes on relative to what it got (above 1 while its queue drains): the
+    # next hops' arrivals are the departures, not the offered load
+    forward = jnp.where(real & (arrive > 0), departed / jnp.maximum(arrive * dt, TINY), 1.0)
+    # the packet queue's tail: a packet finds the buffer full where the fluid queue is empty
+    # and more flows merge than the buffer holds packets
+    flows_in = arrive_sq / jnp.maximum(flow_sq, TINY)   # 1 / the flows' Herfindahl index
+    # a flow its NIC holds back sends evenly spaced packets (the round robin's turns): only
+    # the windows' bursts make the packet queue's tail (their share of the arrivals)
+    windowed = jnp.where(send.held, 0.0, 1.0)[:, None, None]
+    bursts = jax.ops.segment_sum((contrib.reshape(links.shape) * windowed).reshape(-1),
+                                 flat, num_segments=num_links)
+    tail = packet_tail(busy, buffer, p.pkt, merging * bursts / jnp.maximum(arrive, TINY),
+                       real & (queue <= 0.0) & ((flows_in - 1.0) * p.pkt > buffer))
+    return _Links(contrib=contrib, arrive=arrive, busy=busy, merging=merging, others=others,
+                  queue=queue, passed=passed, link_bytes=s.link_bytes + departed,
+                  forward=forward, tail=tail)
+
+
+def _deliver(run: _Run, s: _State, send: _Send, lk: _Links) -> _Delivered:
+    """Step 4: the bytes that pass every hop leave R; the trimmed ones (fluid overflow and
+    packet tail, whole packets at random) and the timer's duplicates do not."""
+    p, links = run.p, run.links
+    dt = p.dt
+    # this step's bytes: those trimmed anywhere on their slot stay in R
+    through = jnp.prod(lk.passed[links], axis=-1)                       # [F, K]
+    sent = send.slot_rate * dt
+    arrived = (sent * through).sum(1)
+    fluid_lost = (sent * (1.0 - through)).sum(1)
+    if RANDOM_TRIMS:
+        # the overflow trims whole packets at random: a flow loses a Poisson count of them
+        # with the fluid's mean (taken from what it sent, as the tail's are)
+        drawn = p.pkt * poisson_packets(jax.random.fold_in(run.trim_key, s.step),
+                                        fluid_lost / p.pkt)
+        arrived = arrived + fluid_lost
+    else:
+        drawn = jnp.zeros_like(fluid_lost)
+    # the tail trims whole packets, a NACK at a time; a flow slower than a packet a step owes
+    # the rest of it to the steps that follow
+    expect = (sent * through * (1.0 - jnp.prod(1.0 - lk.tail[links], axis=-1))).sum(1) / p.pkt
+    tail_bytes = whole_packets(jax.random.fold_in(run.tail_key, s.step), expect, p.pkt)
+    owed = s.owed + tail_bytes + drawn
+    taken = jnp.minimum(owed, arrived)
+    owed = owed - taken
+    arrived = arrived - taken
+    # the timer resends whole packets, drawn as the tail's trims are (the mean is the share
+    # `dup` of what arrived), and they go before the flow's next new bytes: the duplicates
+    # arrive too, for nothing
+    dup_owed = s.dup_owed + whole_packets(jax.random.fold_in(run.dup_key, s.step),
+                                          arrived * send.dup / p.pkt, p.pkt)
+    dup_bytes = jnp.minimum(dup_owed, arrived)
+    dup_owed = dup_owed - dup_bytes
+    ok_bytes = arrived - dup_bytes
+    lost_bytes = (drawn if RANDOM_TRIMS else fluid_lost) + tail_bytes
+    # a byte's tolerance: trimmed remainders would otherwise shrink geometrically
+    done_now = send.sending & (ok_bytes >= s.remaining - LAST_BYTE)
+    # the share of the step the flow needed at its uncapped rate
+    got = ok_bytes * send.uncapped / jnp.maximum(send.rate, TINY)
+    frac = jnp.where(done_now, jnp.minimum(s.remaining / jnp.maximum(got, TINY), 1.0), 1.0)
+    gone = jnp.where(done_now, s.remaining, jnp.minimum(ok_bytes, s.remaining))
+    return _Delivered(owed=owed, dup_owed=dup_owed, dup_bytes=dup_bytes, lost_bytes=lost_bytes,
+                      done_now=done_now, frac=frac, gone=gone,
+                      remaining=jnp.where(done_now, 0.0, s.remaining - gone))
+
+
+def _last_byte_wait(run: _Run, s: _State, lk: _Links, frac, wait):
+    """float[F, K] s: the queueing a flow's last byte meets on each slot, as the queues stood
+    when it joined them (`frac` into the step: between the step's start and end queues), not
+    at the step's end: a short flow's last bytes leave while the queues they built drain."""
+    links, capacity = run.links, run.capacity
+    if not DRAIN_AHEAD:
+        ends = jnp.stack([s.queue / capacity + wait, (lk.queue - s.queue) / capacity], -1)
+        path_ends = ends[links].sum(2)                                   # [F, K, 2]
+        return path_ends[..., 0] + frac[:, None] * path_ends[..., 1]
+    # hop by hop: a later hop's queue drains (at its capacity less what the other flows bring
+    # it, a growing one held where it is) while the byte waits at the hops before it; the
+    # flow's own bytes there are still in those queues with it
+    at = jnp.stack([s.queue, lk.queue - s.queue, capacity, wait, lk.arrive], -1)[links]
+    others_in = at[..., 4] - lk.contrib.reshape(links.shape)
+    drain = jnp.where(jnp.isfinite(at[..., 2]), jnp.maximum(at[..., 2] - others_in, 0.0), 0.0)
+
+    def hop(waited, link):
+        start_q, change, cap, link_wait, link_drain = link
+        q = jnp.maximum(start_q + frac[:, None] * change - link_drain * waited, 0.0)
+        return waited + q / cap + link_wait, None
+
+    joined, _ = jax.lax.scan(hop, jnp.zeros(links.shape[:2]), tuple(
+        jnp.moveaxis(x, 2, 0) for x in (*jnp.moveaxis(at[..., :4], -1, 0), drain)))
+    return joined
+
+
+def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
+    """Step 5: NSCC on what came back this step, the ACKs and NACKs of the bytes delivered and
+    trimmed `ack_lag` steps ago (a byte crosses its path within its step here, so its echo is
+    a round trip behind; the window must not react to trims it cannot know of), quick adapt,
+    and the ACK stall it can cause."""
+    p, base_rtt, max_window = run.p, run.base_rtt, run.max_window
+    dt, now, mark_f, rtt = p.dt, send.now, send.mark_f, send.rtt
+    echoes = s.echoes.at[s.step % (run.ack_lag + 1)].set(jnp.stack([dl.gone, dl.lost_bytes]))
+    acked, nacked = echoes[(s.step + 1) % (run.ack_lag + 1)]
+    # the delay samples of the marked and of the unmarked ACKs (per slot, not the mean: an EV
+    # on a slow path cuts the window when its marked ACK comes back late)
+    delay_marked = ((send.marked_w * send.seen_delay).sum(1) /
+                    jnp.maximum(send.marked_w.sum(1), TINY))
+    delay_clean = ((send.unmarked_w * send.seen_delay).sum(1) /
+                   jnp.maximum(send.unmarked_w.sum(1), TINY))
+    unmarked = acked * (1.0 - mark_f)
+    packets = acked / p.pkt
+    acks = unmarked / (p.pkt * send.per_ack) + mark_f * packets
+    weight = 1.0 - (1.0 - p.delay_alpha) ** acks
+    sample_clean = jnp.where(delay_clean > p.target, 0.25 * base_rtt, delay_clean)
+    sample = mark_f * delay_marked + (1.0 - mark_f) * sample_clean
+    nack_weight = 1.0 - (1.0 - p.delay_alpha) ** (nacked / p.pkt)
+    avg = s.avg_delay + weight * (sample - s.avg_delay)
+    avg = avg + nack_weight * (p.network_rtt - avg)
+    window = s.window
+    fast = send.delay_f < FAST_DELAY_S
+    fi_count = jnp.where(fast, s.fi_count + acked, 0.0)
+    fast_inc = fast & (fi_count > window)
+    inc = jnp.where(delay_clean >= p.target, p.fi * unmarked,
+                    p.alpha * unmarked * jnp.maximum(p.target - delay_clean, 0.0))
+    window = jnp.where(fast_inc, window + unmarked * p.fi_scale,
+                       window + inc / jnp.maximum(window, p.mtu))
+    window = window + p.eta * dt / p.network_rtt
+    # whether a marked ACK came back this step: marks fall on packets at random, so flows
+    # sharing a bottleneck cut at different times (NSCC's unfairness, which spreads their
+    # completions) -- one draw per flow and step from the run's key
+    hit = jax.random.uniform(jax.random.fold_in(run.key, s.step), acked.shape)
+    marked_ack = hit < 1.0 - (1.0 - mark_f) ** packets
+    marks = s.marks + jnp.where(marked_ack, 1.0, 0.0)
+    since_dec = s.since_dec + dt
+    cut = ((marks >= 1.0) & (since_dec > base_rtt) & (delay_marked >= p.target) &
+           (avg > p.target))
+    factor = jnp.maximum(1.0 - p.gamma * (avg - p.target) / jnp.maximum(avg, TINY), 0.5)
+    window = jnp.where(cut, window * factor, window)
+    marks = jnp.where(cut, 0.0, marks)
+    since_dec = jnp.where(cut, 0.0, since_dec)
+    # a timeout takes its packet off the window (`mark_packet_for_retransmission`)
+    window = window - NACK_DECREASE * nacked - dl.dup_bytes
+    # quick adapt: every base RTT + target from the flow's first ACK or NACK (which starts the
+    # clock and is not counted), where a trim armed it (it stays armed until it fires: uec.cpp
+    # clears `_trigger_qa` only then) or the delay is past 4 targets
+    achieved = s.achieved + acked
+    armed = s.qa_trigger | (nacked > 0)
+    first = ~jnp.isfinite(s.qa_clock) & ((acked > 0.0) | (nacked > 0.0))
+    due = (now >= s.qa_clock) | first
+    adapt = (QUICK_ADAPT & due & ~first & (armed | (send.delay_f > 4.0 * p.target)) &
+             (achieved < max_window / 8.0))
+    adapted = jnp.maximum(achieved, p.mtu)
+    window = jnp.where(adapt, adapted, window)
+    # the cut can leave the window below what is in flight: a flow its NIC holds back, its
+    # window well above what it has in flight, sends no packet that asks for an ACK at once
+    # (the AR flag goes on a packet that fills the window), so where the receiver holds back
+    # the last one's (neither marked nor the run's last) and no more are on the way to end
+    # the run (fewer in flight than `ack_packets`: a flow its NIC paces slowly), nothing comes
+    # back and nothing may be sent until the timer fires, `rto` after that packet left (about
+    # half an RTT before the ACK that ran quick adapt); then the packet goes again, a
+    # duplicate (uec.cpp: `can_send_NSCC`, `UecSrc::sendNewPacket`, `UecSink::shouldSack`)
+    in_flight = p.pkt + send.rate * rtt
+    held_ack = (1.0 - mark_f) * (1.0 - 1.0 / send.per_ack)
+    stalls = (ACK_STALLS & adapt & (send.per_ack > 1.0) & (in_flight < send.per_ack * p.pkt) &
+              (adapted < in_flight + p.pkt) & (s.window >= in_flight + p.pkt) &
+              (jax.random.uniform(jax.random.fold_in(run.stall_key, s.step), acked.shape)
+               < held_ack))
+    return _Nscc(
+        echoes=echoes, avg_delay=avg,
+        window=jnp.where(send.sending, jnp.clip(window, p.mtu, max_window), s.window),
+        fi_count=fi_count, marks=marks, since_dec=since_dec,
+        achieved=jnp.where(due, 0.0, achieved),
+        qa_clock=jnp.where(due, now + base_rtt + p.target, s.qa_clock),
+        qa_trigger=armed & ~adapt,
+        stall=jnp.where(stalls, now + dt + p.rto - 0.5 * rtt, s.stall), stalls=stalls,
+        dup_owed=dl.dup_owed + jnp.where(stalls, p.pkt, 0.0))
+
+
+def _ev_mix(run: _Run, s: _State, send: _Send):
+    """float[F, K]: the policy at ACK time, the EV mix the sender draws from, reached within
+    an RTT (`ev_rule`: see the module)."""
+    p, live_f, n_live = run.p, run.live_f, run.n_live
+    if run.ev_rule == "fixed":
+        return s.share
+    if run.ev_rule == "reps":
+        # REPS: an EV comes back to the buffer with a clean ACK (one per ack_packets unmarked
+        # packets, none with a marked or trimmed one) and is used once; every other packet
+        # draws a fresh EV uniformly at random
+        clean_ev = s.share * send.seen_pass * (1.0 - send.seen_mark) * live_f
+        clean_sum = clean_ev.sum(1, keepdims=True)
+        reuse = jnp.clip(clean_sum / send.per_ack[:, None], 0.0, 1.0)
+        aim = ((1.0 - reuse) * live_f / n_live +
+               reuse * clean_ev / jnp.maximum(clean_sum, TINY))
+    else:
+        # the bitmap walk skips an EV once per ECN echo and four times per NACK: per visit it
+        # sends with probability 1 / (1 + marks + 4 trims) per packet sent on it
+        penalty = send.seen_mark * send.seen_pass + BITMAP_NACK * (1.0 - send.seen_pass)
+        visits = live_f / (1.0 + penalty)
+        aim = visits / jnp.maximum(visits.sum(1, keepdims=True), TINY)
+    # the walk re-weights an EV only when it comes back to it: once per pass over the live
+    # EVs, so the mix moves within an RTT or a pass, whichever is longer
+    walk = n_live[:, 0] * p.pkt / jnp.maximum(send.rate, TINY)
+    moving = send.sending & run.revisits if run.ev_rule == "bitmap" else send.sending
+    return s.share + jnp.where(moving, jnp.minimum(p.dt / jnp.maximum(send.rtt, walk), 1.0),
+                               0.0)[:, None] * (aim - s.share)
+
+
+def _step(run: _Run, s: _State) -> _State:
+    """One step of `dt` (the module's steps 1-5), then the records."""
+    p, capacity, real = run.p, run.capacity, run.real
+    dt = p.dt
+    send = _send(run, s)
+    lk = _queues(run, s, send)
+    dl = _deliver(run, s, send, lk)
+    # where the fluid queue holds bytes it is the queue: no packet wait on top of it
+    wait = jnp.where(real & (lk.queue <= 0.0),
+                     lk.merging * jnp.minimum(packet_wait(lk.busy, capacity, p.pkt),
+                                              lk.others * p.pkt / capacity), 0.0)
+    # the last byte is in whichever used slot's queue drains last
+    joined = _last_byte_wait(run, s, lk, dl.frac, wait)
+    now_delay = jnp.max(jnp.where(s.share > 0, joined, 0.0), axis=1)
+    cc = _nscc(run, s, send, dl)
+    # ---- records
+    signals = _link_signals(lk.queue, capacity, run.kmin, run.kmax,
+                            lk.passed * (1.0 - lk.tail), wait, lk.busy)
+    fill = jnp.where(real, lk.queue / jnp.where(real, run.buffer, 1.0), 0.0)
+    slot = jnp.minimum(s.step // p.stride, RECORDS - 1)
+    row = s.series[slot]
+    row = jnp.stack([jnp.maximum(row[0], fill.max()),
+                     row[1] + dl.gone.sum() / (dt * p.stride.astype(jnp.float32)),
+                     jnp.maximum(row[2], send.sending.sum().astype(jnp.float32))])
+    return _State(
+        step=s.step + 1, remaining=dl.remaining, window=cc.window, avg_delay=cc.avg_delay,
+        fi_count=cc.fi_count, since_dec=cc.since_dec, marks=cc.marks, achieved=cc.achieved,
+        qa_clock=cc.qa_clock, qa_trigger=cc.qa_trigger, owed=dl.owed, dup_owed=cc.dup_owed,
+        stall=cc.stall, echoes=cc.echoes, share=_ev_mix(run, s, send), queue=lk.queue,
+        forward=lk.forward, history=s.history.at[s.step % (run.lag + 1)].set(signals),
+        finish=jnp.where(dl.done_now, send.now + dl.frac * dt + now_delay, s.finish),
+        delivered=s.delivered + dl.gone, trimmed=s.trimmed + dl.lost_bytes,
+        duplicated=s.duplicated + dl.dup_bytes, stalls=s.stalls + cc.stalls,
+        link_bytes=lk.link_bytes, max_fill=jnp.maximum(s.max_fill, fill),
+        series=s.series.at[slot].set(row))
+
+
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
                      max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
                      params: DynamicParams, *,
@@ -391,24 +806,21 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     and pair_link int32[P] its link (the host's np.unique). ev_rule ("fixed", "bitmap",
     "reps"), lag (steps the links' signals take to reach the sender), ack_lag (steps from a
     byte's delivery or trim to its ACK or NACK at the sender): static."""
-    num_flows, num_slots, hops = links.shape
+    num_flows = links.shape[0]
     num_links = capacity.shape[0]
-    num_pairs = pair_link.shape[0]
-    p = params
-    dt = p.dt
-    key = jax.random.key(p.seed)
-    tail_key = jax.random.fold_in(key, TAIL_STREAM)
-    dup_key = jax.random.fold_in(key, DUP_STREAM)
-    trim_key = jax.random.fold_in(key, TRIM_STREAM)
-    stall_key = jax.random.fold_in(key, STALL_STREAM)
-    cap_dt = capacity * dt
+    key = jax.random.key(params.seed)
     live_f = live.astype(jnp.float32)
     n_live = jnp.maximum(live_f.sum(1, keepdims=True), 1.0)
-    # the bitmap walk comes back to an EV only where a flow has more packets than live EVs
-    # (one with fewer sends one on each and is done first: nothing to re-weight)
-    revisits = size > n_live[:, 0] * params.pkt
-    finite_cap = jnp.isfinite(capacity)
-    real = jnp.arange(num_links) < num_links - 1
+    run = _Run(links=links, start=start, src=src, nic=nic, base_rtt=base_rtt,
+               max_window=max_window, capacity=capacity, buffer=buffer, kmin=kmin, kmax=kmax,
+               multiplexed=multiplexed, pair=pair, pair_link=pair_link, p=params, key=key,
+               tail_key=jax.random.fold_in(key, TAIL_STREAM),
+               dup_key=jax.random.fold_in(key, DUP_STREAM),
+               trim_key=jax.random.fold_in(key, TRIM_STREAM),
+               stall_key=jax.random.fold_in(key, STALL_STREAM), live_f=live_f, n_live=n_live,
+               revisits=size > n_live[:, 0] * params.pkt,
+               real=jnp.arange(num_links) < num_links - 1, num_gpus=num_gpus,
+               ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
     signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links),
                               jnp.zeros(num_links), jnp.zeros(num_links))
     init = _State(
@@ -428,273 +840,9 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)))
 
     def cond(s: _State):
-        return (s.step < p.max_steps) & jnp.any(s.remaining > 0)
+        return (s.step < params.max_steps) & jnp.any(s.remaining > 0)
 
-    def body(s: _State) -> _State:
-        now = s.step.astype(jnp.float32) * dt
-        sending = (s.remaining > 0) & (start <= now)
-        # a stalled flow is out of its NIC's round robin until its timer fires
-        active = sending & (now >= s.stall)
-        # what the sender knows: the link signals `lag` steps ago
-        seen = s.history[(s.step + 1) % (lag + 1)]
-        seen_delay, seen_mark, seen_pass = _path(seen[links])
-        delay_f = (s.share * seen_delay).sum(1)
-        rtt = base_rtt + delay_f
-        # the NIC's round robin, a packet per turn to each flow its window lets send
-        uncapped, held = nic_round_robin(s.window, rtt, active, src, nic, p.pkt, num_gpus)
-        # never much past what is left: the last step sends what should get through
-        through_seen = (s.share * seen_pass).sum(1)
-        clean = s.share * seen_pass
-        marked_w = clean * seen_mark
-        unmarked_w = clean - marked_w
-        mark_f = marked_w.sum(1) / jnp.maximum(clean.sum(1), TINY)
-        # packets per clean ACK: a packet that fills the window or empties the backlog asks
-        # for an ACK at once (uec.cpp, the AR flag), so a window-limited flow or one sending
-        # its last bytes is ACKed packet by packet (an upper bound: htsim ACKs 0.36-0.79 of
-        # its unmarked packets), one held back by its NIC every 16 KiB
-        # -- and the share of its packets it sends twice when its timer fires first
-        dup = jnp.where(held & SPURIOUS_TIMEOUTS, spurious_share(uncapped, rtt, mark_f, p),
-                        0.0)
-        rate = jnp.minimum(uncapped, (s.remaining + s.owed + s.dup_owed) / (
-            dt * jnp.maximum(through_seen, MIN_THROUGH) * (1.0 - dup)))
-        per_ack = jnp.where(held & (rate >= uncapped), p.ack_packets, 1.0)
-        dup = jnp.where(per_ack > 1.0, dup, 0.0)
-        slot_rate = rate[:, None] * s.share
-        # arrivals: hop h gets what the hops before it forwarded in the last step
-        # a link passes on what it got times its last step's ratio (above 1 while its queue
-        # drains), but never more than its capacity of what is offered to it now: the ratio
-        # was taken on the last step's arrivals, and those sending change (flows start, end)
-        flat = links.reshape(-1)
-        offered = jax.ops.segment_sum(
-            jnp.broadcast_to(slot_rate[..., None], links.shape).reshape(-1), flat,
-            num_segments=num_links)
-        ceiling = jnp.maximum(capacity / jnp.maximum(offered, TINY), 1.0)
-        upstream = jnp.cumprod(jnp.minimum(s.forward, ceiling)[links], axis=-1)
-        reach = jnp.concatenate([jnp.ones_like(upstream[..., :1]), upstream[..., :-1]], -1)
-        contrib = (slot_rate[..., None] * reach).reshape(-1)
-        arrive = jax.ops.segment_sum(contrib, flat, num_segments=num_links)
-        arrive = jnp.where(real, arrive, 0.0)
-        busy = utilisation(arrive, capacity)
-        # packets meet at random only where several flows merge (1 - the flows' Herfindahl
-        # index of the arrivals: 0 for one flow), and n paced paths queue at most n - 1
-        # packets ahead of one (n*D/D/1; n = 1 / the paths' Herfindahl index)
-        per_pair = jax.ops.segment_sum(contrib, pair.reshape(-1), num_segments=num_pairs)
-        flow_sq = jax.ops.segment_sum(per_pair * per_pair, pair_link, num_segments=num_links)
-        path_sq = jax.ops.segment_sum(contrib * contrib, flat, num_segments=num_links)
-        arrive_sq = jnp.maximum(arrive * arrive, TINY)
-        merging = multiplexed * (1.0 - flow_sq / arrive_sq)
-        others = arrive_sq / jnp.maximum(path_sq, TINY) - 1.0
-        level = s.queue + arrive * dt - jnp.where(finite_cap, cap_dt, 0.0)
-        over = jnp.maximum(level - buffer, 0.0)
-        queue = jnp.where(real, jnp.clip(level, 0.0, buffer), 0.0)
-        passed = jnp.where(real & (arrive > 0),
-                           1.0 - over / jnp.maximum(arrive * dt, TINY), 1.0)
-        departed = jnp.where(real, s.queue + arrive * dt - over - queue, 0.0)
-        link_bytes = s.link_bytes + departed
-        # what a link passes on relative to what it got (above 1 while its queue drains): the
-        # next hops' arrivals are the departures, not the offered load
-        forward = jnp.where(real & (arrive > 0), departed / jnp.maximum(arrive * dt, TINY), 1.0)
-        # the packet queue's tail (step 3): a packet finds the buffer full where the fluid
-        # queue is empty and more flows merge than the buffer holds packets
-        flows_in = arrive_sq / jnp.maximum(flow_sq, TINY)   # 1 / the flows' Herfindahl index
-        # a flow its NIC holds back sends evenly spaced packets (the round robin's turns): only
-        # the windows' bursts make the packet queue's tail (their share of the arrivals)
-        windowed = jnp.where(held, 0.0, 1.0)[:, None, None]
-        bursts = jax.ops.segment_sum((contrib.reshape(links.shape) * windowed).reshape(-1),
-                                     flat, num_segments=num_links)
-        tail = packet_tail(busy, buffer, p.pkt,
-                           merging * bursts / jnp.maximum(arrive, TINY),
-                           real & (queue <= 0.0) & ((flows_in - 1.0) * p.pkt > buffer))
-        # this step's bytes: those trimmed anywhere on their slot stay in R
-        through = jnp.prod(passed[links], axis=-1)                       # [F, K]
-        sent = slot_rate * dt
-        arrived = (sent * through).sum(1)
-        fluid_lost = (sent * (1.0 - through)).sum(1)
-        if RANDOM_TRIMS:
-            # the overflow trims whole packets at random: a flow loses a Poisson count of
-            # them with the fluid's mean (taken from what it sent, as the tail's are)
-            drawn = p.pkt * poisson_packets(jax.random.fold_in(trim_key, s.step),
-                                            fluid_lost / p.pkt)
-            arrived = arrived + fluid_lost
-        else:
-            drawn = jnp.zeros_like(fluid_lost)
-        # the tail trims whole packets, a NACK at a time; a flow slower than a packet a step
-        # owes the rest of it to the steps that follow
-        expect = (sent * through * (1.0 - jnp.prod(1.0 - tail[links], axis=-1))).sum(1) / p.pkt
-        tail_bytes = whole_packets(jax.random.fold_in(tail_key, s.step), expect, p.pkt)
-        owed = s.owed + tail_bytes + drawn
-        taken = jnp.minimum(owed, arrived)
-        owed = owed - taken
-        arrived = arrived - taken
-        # the timer resends whole packets, drawn as the tail's trims are (the mean is the
-        # share `dup` of what arrived), and they go before the flow's next new bytes: the
-        # duplicates arrive too, for nothing
-        dup_owed = s.dup_owed + whole_packets(jax.random.fold_in(dup_key, s.step),
-                                              arrived * dup / p.pkt, p.pkt)
-        dup_bytes = jnp.minimum(dup_owed, arrived)
-        dup_owed = dup_owed - dup_bytes
-        ok_bytes = arrived - dup_bytes
-        lost_bytes = (drawn if RANDOM_TRIMS else fluid_lost) + tail_bytes
-        # a byte's tolerance: trimmed remainders would otherwise shrink geometrically
-        done_now = sending & (ok_bytes >= s.remaining - LAST_BYTE)
-        # the share of the step the flow needed at its uncapped rate
-        got = ok_bytes * uncapped / jnp.maximum(rate, TINY)
-        frac = jnp.where(done_now, jnp.minimum(s.remaining / jnp.maximum(got, TINY), 1.0), 1.0)
-        gone = jnp.where(done_now, s.remaining, jnp.minimum(ok_bytes, s.remaining))
-        remaining = jnp.where(done_now, 0.0, s.remaining - gone)
-        # where the fluid queue holds bytes it is the queue: no packet wait on top of it
-        wait = jnp.where(real & (queue <= 0.0),
-                         merging * jnp.minimum(packet_wait(busy, capacity, p.pkt),
-                                               others * p.pkt / capacity), 0.0)
-        # the last byte is in whichever used slot's queue drains last, as it stood when that
-        # byte joined it (`frac` into the step: between the step's start and end queues), not
-        # at the step's end: a short flow's last bytes leave while the queues they built drain
-        if DRAIN_AHEAD:
-            # hop by hop: a later hop's queue drains (at its capacity less what the other
-            # flows bring it, a growing one held where it is) while the byte waits at the
-            # hops before it; the flow's own bytes there are still in those queues with it
-            at = jnp.stack([s.queue, queue - s.queue, capacity, wait, arrive], -1)[links]
-            others_in = at[..., 4] - contrib.reshape(links.shape)
-            drain = jnp.where(jnp.isfinite(at[..., 2]),
-                              jnp.maximum(at[..., 2] - others_in, 0.0), 0.0)
-
-            def hop(waited, link):
-                start_q, change, cap, link_wait, link_drain = link
-                q = jnp.maximum(start_q + frac[:, None] * change - link_drain * waited, 0.0)
-                return waited + q / cap + link_wait, None
-
-            joined, _ = jax.lax.scan(hop, jnp.zeros(links.shape[:2]), tuple(
-                jnp.moveaxis(x, 2, 0) for x in (*jnp.moveaxis(at[..., :4], -1, 0), drain)))
-        else:
-            ends = jnp.stack([s.queue / capacity + wait, (queue - s.queue) / capacity], -1)
-            path_ends = ends[links].sum(2)                                   # [F, K, 2]
-            joined = path_ends[..., 0] + frac[:, None] * path_ends[..., 1]
-        now_delay = jnp.max(jnp.where(s.share > 0, joined, 0.0), axis=1)
-        finish = jnp.where(done_now, now + frac * dt + now_delay, s.finish)
-        # ---- NSCC on what came back this step: the ACKs and NACKs of the bytes delivered and
-        # trimmed `ack_lag` steps ago (a byte crosses its path within its step here, so its
-        # echo is a round trip behind; the window must not react to trims it cannot know of)
-        echoes = s.echoes.at[s.step % (ack_lag + 1)].set(jnp.stack([gone, lost_bytes]))
-        acked, nacked = echoes[(s.step + 1) % (ack_lag + 1)]
-        # the delay samples of the marked and of the unmarked ACKs (per slot, not the mean:
-        # an EV on a slow path cuts the window when its marked ACK comes back late)
-        delay_marked = (marked_w * seen_delay).sum(1) / jnp.maximum(marked_w.sum(1), TINY)
-        delay_clean = (unmarked_w * seen_delay).sum(1) / jnp.maximum(unmarked_w.sum(1), TINY)
-        unmarked = acked * (1.0 - mark_f)
-        packets = acked / p.pkt
-        acks = unmarked / (p.pkt * per_ack) + mark_f * packets
-        weight = 1.0 - (1.0 - p.delay_alpha) ** acks
-        sample_clean = jnp.where(delay_clean > p.target, 0.25 * base_rtt, delay_clean)
-        sample = mark_f * delay_marked + (1.0 - mark_f) * sample_clean
-        nacks = nacked / p.pkt
-        nack_weight = 1.0 - (1.0 - p.delay_alpha) ** nacks
-        avg = s.avg_delay + weight * (sample - s.avg_delay)
-        avg = avg + nack_weight * (p.network_rtt - avg)
-        window = s.window
-        fast = delay_f < FAST_DELAY_S
-        fi_count = jnp.where(fast, s.fi_count + acked, 0.0)
-        fast_inc = fast & (fi_count > window)
-        inc = jnp.where(delay_clean >= p.target, p.fi * unmarked,
-                        p.alpha * unmarked * jnp.maximum(p.target - delay_clean, 0.0))
-        window = jnp.where(fast_inc, window + unmarked * p.fi_scale,
-                           window + inc / jnp.maximum(window, p.mtu))
-        window = window + p.eta * dt / p.network_rtt
-        # whether a marked ACK came back this step: marks fall on packets at random, so
-        # flows sharing a bottleneck cut at different times (NSCC's unfairness, which
-        # spreads their completions) -- one draw per flow and step from the run's key
-        hit = jax.random.uniform(jax.random.fold_in(key, s.step), (num_flows,))
-        marked_ack = hit < 1.0 - (1.0 - mark_f) ** packets
-        marks = s.marks + jnp.where(marked_ack, 1.0, 0.0)
-        since_dec = s.since_dec + dt
-        cut = ((marks >= 1.0) & (since_dec > base_rtt) & (delay_marked >= p.target) &
-               (avg > p.target))
-        factor = jnp.maximum(1.0 - p.gamma * (avg - p.target) / jnp.maximum(avg, TINY), 0.5)
-        window = jnp.where(cut, window * factor, window)
-        marks = jnp.where(cut, 0.0, marks)
-        since_dec = jnp.where(cut, 0.0, since_dec)
-        # a timeout takes its packet off the window (`mark_packet_for_retransmission`)
-        window = window - NACK_DECREASE * nacked - dup_bytes
-        # quick adapt: every base RTT + target from the flow's first ACK or NACK (which
-        # starts the clock and is not counted), where a trim armed it (it stays armed until
-        # it fires: uec.cpp clears `_trigger_qa` only then) or the delay is past 4 targets
-        achieved = s.achieved + acked
-        armed = s.qa_trigger | (nacked > 0)
-        first = ~jnp.isfinite(s.qa_clock) & ((acked > 0.0) | (nacked > 0.0))
-        due = (now >= s.qa_clock) | first
-        adapt = (QUICK_ADAPT & due & ~first & (armed | (delay_f > 4.0 * p.target)) &
-                 (achieved < max_window / 8.0))
-        adapted = jnp.maximum(achieved, p.mtu)
-        window = jnp.where(adapt, adapted, window)
-        # the cut can leave the window below what is in flight: a flow its NIC holds back,
-        # its window well above what it has in flight, sends no packet that asks for an ACK
-        # at once (the AR flag goes on a packet that fills the window), so where the receiver
-        # holds back the last one's (neither marked nor the run's last) and no more are on
-        # the way to end the run (fewer in flight than `ack_packets`: a flow its NIC paces
-        # slowly), nothing comes back and nothing may be sent until the timer fires, `rto`
-        # after that packet left (about half an RTT before the ACK that ran quick adapt);
-        # then the packet goes again, a duplicate (uec.cpp: `can_send_NSCC`,
-        # `UecSrc::sendNewPacket`, `UecSink::shouldSack`)
-        in_flight = p.pkt + rate * rtt
-        held_ack = (1.0 - mark_f) * (1.0 - 1.0 / per_ack)
-        stalls = (ACK_STALLS & adapt & (per_ack > 1.0) & (in_flight < per_ack * p.pkt) &
-                  (adapted < in_flight + p.pkt) & (s.window >= in_flight + p.pkt) &
-                  (jax.random.uniform(jax.random.fold_in(stall_key, s.step), (num_flows,))
-                   < held_ack))
-        stall = jnp.where(stalls, now + dt + p.rto - 0.5 * rtt, s.stall)
-        dup_owed = dup_owed + jnp.where(stalls, p.pkt, 0.0)
-        achieved = jnp.where(due, 0.0, achieved)
-        trigger = armed & ~adapt
-        qa_clock = jnp.where(due, now + base_rtt + p.target, s.qa_clock)
-        window = jnp.where(sending, jnp.clip(window, p.mtu, max_window), s.window)
-        # ---- the policy at ACK time: the EV mix the sender draws from, reached within an RTT
-        if ev_rule == "reps":
-            # REPS: an EV comes back to the buffer with a clean ACK (one per ack_packets
-            # unmarked packets, none with a marked or trimmed one) and is used once; every
-            # other packet draws a fresh EV uniformly at random
-            clean_ev = s.share * seen_pass * (1.0 - seen_mark) * live_f
-            clean_sum = clean_ev.sum(1, keepdims=True)
-            reuse = jnp.clip(clean_sum / per_ack[:, None], 0.0, 1.0)
-            aim = ((1.0 - reuse) * live_f / n_live +
-                   reuse * clean_ev / jnp.maximum(clean_sum, TINY))
-        elif ev_rule == "bitmap":
-            # the bitmap walk skips an EV once per ECN echo and four times per NACK: per visit
-            # it sends with probability 1 / (1 + marks + 4 trims) per packet sent on it
-            penalty = seen_mark * seen_pass + BITMAP_NACK * (1.0 - seen_pass)
-            visits = live_f / (1.0 + penalty)
-            aim = visits / jnp.maximum(visits.sum(1, keepdims=True), TINY)
-        if ev_rule == "fixed":
-            share = s.share
-        else:
-            # the walk re-weights an EV only when it comes back to it: once per pass over the
-            # live EVs, so the mix moves within an RTT or a pass, whichever is longer
-            walk = n_live[:, 0] * p.pkt / jnp.maximum(rate, TINY)
-            moving = sending & revisits if ev_rule == "bitmap" else sending
-            share = s.share + jnp.where(moving, jnp.minimum(dt / jnp.maximum(rtt, walk), 1.0),
-                                        0.0)[:, None] * (aim - s.share)
-        # ---- records
-        signals = _link_signals(queue, capacity, kmin, kmax, passed * (1.0 - tail), wait, busy)
-        history = s.history.at[s.step % (lag + 1)].set(signals)
-        fill = jnp.where(real, queue / jnp.where(real, buffer, 1.0), 0.0)
-        slot = jnp.minimum(s.step // p.stride, RECORDS - 1)
-        row = s.series[slot]
-        row = jnp.stack([jnp.maximum(row[0], fill.max()),
-                         row[1] + gone.sum() / (dt * p.stride.astype(jnp.float32)),
-                         jnp.maximum(row[2], sending.sum().astype(jnp.float32))])
-        return _State(
-            step=s.step + 1, remaining=remaining, window=window, avg_delay=avg,
-            fi_count=fi_count,
-            since_dec=since_dec, marks=marks, achieved=achieved, qa_clock=qa_clock,
-            qa_trigger=trigger, owed=owed, dup_owed=dup_owed, stall=stall, echoes=echoes,
-            share=share,
-            queue=queue,
-            forward=forward, history=history,
-            finish=finish, delivered=s.delivered + gone, trimmed=s.trimmed + lost_bytes,
-            duplicated=s.duplicated + dup_bytes,
-            stalls=s.stalls + stalls, link_bytes=link_bytes,
-            max_fill=jnp.maximum(s.max_fill, fill),
-            series=s.series.at[slot].set(row))
-
-    out = jax.lax.while_loop(cond, body, init)
+    out = jax.lax.while_loop(cond, lambda s: _step(run, s), init)
     status = jnp.where(jnp.any(out.remaining > 0), jnp.int32(int(Status.EVENT_LIMIT)),
                        jnp.int32(0))
     return Dynamic(finish=out.finish, delivered=out.delivered, trimmed=out.trimmed,

@@ -66,6 +66,97 @@ def _safe_divide(num: jax.Array, den: jax.Array, where: jax.Array) -> jax.Array:
     return jnp.where(where, num / jnp.where(where, den, 1.0), jnp.inf)
 
 
+class _Events(NamedTuple):
+    """The event loop's carry. Time is kept per flow, relative: `wait` until a pending flow
+    arrives and `age` since an active one did, so a flow's duration is accurate to its own
+    magnitude however late in the phase it starts (an absolute float32 clock at 1000 s
+    resolves only ~60 us). elapsed: since the first arrival (only the give-up pace reads it);
+    remaining: Gbit; span: the first solve's time to its slowest flow's end."""
+
+    elapsed: jax.Array
+    wait: jax.Array
+    age: jax.Array
+    remaining: jax.Array
+    duration: jax.Array
+    done: jax.Array
+    events: jax.Array
+    rounds: jax.Array
+    status: jax.Array
+    stalled: jax.Array
+    span: jax.Array
+
+
+def _behind(state: _Events, sending: jax.Array, max_events: jax.Array,
+            give_up_after: jax.Array) -> jax.Array:
+    """On pace to pass the cap: both the share of the flows finished and the share of the first
+    solve's span (its slowest flow's end) simulated so far are below the share of the cap spent
+    (flows alone misjudge a phase whose many flows all end late, time alone one whose few slow
+    flows set a long span)."""
+    f32 = jnp.float32
+    spent = state.events.astype(f32) / max_events.astype(f32)
+    finished = jnp.sum(state.done & sending).astype(f32)
+    return ((give_up_after > 0) & (state.events >= give_up_after) &
+            (finished < jnp.sum(sending).astype(f32) * spent) &
+            (state.elapsed < state.span * spent))
+
+
+def _event(state: _Events, active: jax.Array, mm, batch: jax.Array) -> _Events:
+    """One event: advance to the earliest finish (a batch of them within 1 + batch) or the
+    next arrival at the rates `mm` solved for the `active` flows."""
+    moving = active & (mm.rates > 0)
+    time_left = _safe_divide(state.remaining, mm.rates, moving)
+    earliest = jnp.min(time_left)
+    pending = ~state.done & (state.wait > 0)
+    to_arrival = jnp.min(jnp.where(pending, state.wait, jnp.inf))   # inf: nothing pending
+    # nothing moves and nobody arrives: the rate-0 flows would wait forever
+    stalled = ~jnp.isfinite(jnp.minimum(earliest, to_arrival))
+    # the batch never reaches past an arrival, so arrivals stay exact under batching
+    horizon = jnp.minimum(earliest * (1.0 + batch), to_arrival)
+    finishing = moving & (time_left <= horizon * (1.0 + SAME_TIME_RTOL))
+    step = jnp.where(jnp.any(finishing),
+                     jnp.minimum(jnp.max(jnp.where(finishing, time_left, 0.0)), horizon),
+                     to_arrival)
+    step = jnp.where(stalled, 0.0, step)
+    # arrivals land exactly on 0 (x - x), so `wait <= 0` admits them next event
+    arriving = pending & (state.wait <= step)
+    new_wait = jnp.where(pending, jnp.where(arriving, 0.0, state.wait - step), state.wait)
+    sent = jnp.where(moving & ~finishing, mm.rates * step, 0.0)
+    new_remaining = jnp.where(finishing, 0.0, jnp.maximum(state.remaining - sent, 0.0))
+    # a flow that was not in the batch but has nothing left (f32 rounding) is done now
+    drained = active & ~finishing & (new_remaining <= 0)
+    new_duration = jnp.where(finishing, state.age + time_left,
+                             jnp.where(drained, state.age + step, state.duration))
+    latest = jnp.max(jnp.where(moving, time_left, 0.0))
+    return _Events(
+        elapsed=state.elapsed + step, wait=new_wait,
+        age=jnp.where(active, state.age + step, state.age), remaining=new_remaining,
+        duration=new_duration, done=state.done | finishing | drained,
+        events=state.events + 1, rounds=jnp.maximum(state.rounds, mm.rounds),
+        status=state.status | mm.status | jnp.where(stalled, STALLED, 0).astype(jnp.int32),
+        stalled=stalled, span=jnp.where(state.events == 0, latest, state.span))
+
+
+def _unfinished(state: _Events, solve, hit_limit: jax.Array):
+    """(duration, rounds, status) after the loop: past the event cap, every unfinished flow
+    shares the fabric from now or its start, whichever is later, to its end (one solve);
+    otherwise every flow is done, or the loop stalled and the flows left never finish."""
+    def extrapolate(_):
+        unfinished = ~state.done
+        mm = solve(unfinished)
+        moving = unfinished & (mm.rates > 0)
+        left = _safe_divide(state.remaining, mm.rates, moving)
+        out = jnp.where(unfinished, jnp.where(state.wait <= 0, state.age, 0.0) + left,
+                        state.duration)
+        flags = (EVENT_LIMIT | mm.status
+                 | jnp.where(jnp.any(unfinished & ~moving), STALLED, 0))
+        return out, mm.rounds, flags.astype(jnp.int32)
+
+    def settle(_):
+        return jnp.where(state.done, state.duration, jnp.inf), jnp.int32(0), jnp.int32(OK)
+
+    return jax.lax.cond(hit_limit, extrapolate, settle, None)
+
+
 def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax.Array,
                            start_s: jax.Array, flow_cap: jax.Array, capacity_ext: jax.Array, *,
                            eps: jax.Array | float, max_rounds: jax.Array | int,
@@ -100,93 +191,29 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
         return max_min_rates(links, weights * active[:, None].astype(weights.dtype), flow_cap,
                              capacity_ext, eps=eps, max_rounds=max_rounds)
 
-    # Time is kept per flow, relative: `wait` until a pending flow arrives and `age` since an
-    # active one did. A flow's duration is then accurate to its own magnitude however late in
-    # the phase it starts (an absolute float32 clock at 1000 s resolves only ~60 us).
-    # Time starts at the first arrival with bytes, so a late phase does not cost an empty event.
+    # time starts at the first arrival with bytes, so a late phase does not cost an empty event
     first = jnp.min(jnp.where(sending, start_s, jnp.inf))
     t0 = jnp.where(jnp.isfinite(first), first, 0.0)
-    wait0 = jnp.maximum(start_s - t0, 0.0)
-    # state: elapsed (since t0; only the give-up pace reads it), wait, age, remaining (Gbit),
-    # duration, done, events, rounds, status, stalled, span (the first solve's time to its
-    # slowest flow's end: the pace `give_up_after` measures against)
-    init = (f32(0.0), wait0, jnp.zeros_like(bits), bits, jnp.zeros_like(bits), ~sending,
-            jnp.int32(0), jnp.int32(0), jnp.int32(OK), jnp.bool_(False), f32(jnp.inf))
+    init = _Events(elapsed=f32(0.0), wait=jnp.maximum(start_s - t0, 0.0),
+                   age=jnp.zeros_like(bits), remaining=bits, duration=jnp.zeros_like(bits),
+                   done=~sending, events=jnp.int32(0), rounds=jnp.int32(0),
+                   status=jnp.int32(OK), stalled=jnp.bool_(False), span=f32(jnp.inf))
 
-    num_sending = jnp.sum(sending).astype(f32)
-
-    def behind(elapsed, done, span, events):
-        # on pace to pass the cap: both the share of the flows finished and the share of the
-        # first solve's span (its slowest flow's end) simulated so far are below the share of
-        # the cap spent (flows alone misjudge a phase whose many flows all end late, time
-        # alone one whose few slow flows set a long span)
-        spent = events.astype(f32) / max_events.astype(f32)
-        finished = jnp.sum(done & sending).astype(f32)
-        return ((give_up_after > 0) & (events >= give_up_after) &
-                (finished < num_sending * spent) & (elapsed < span * spent))
+    def behind(state):
+        return _behind(state, sending, max_events, give_up_after)
 
     def cond(state):
-        elapsed, _, _, _, _, done, events, _, _, stalled, span = state
-        return (jnp.any(~done) & ~stalled & (events < max_events) &
-                ~behind(elapsed, done, span, events))
+        return (jnp.any(~state.done) & ~state.stalled & (state.events < max_events) &
+                ~behind(state))
 
     def body(state):
-        elapsed, wait, age, remaining, duration, done, events, rounds, status, _, span = state
-        active = ~done & (wait <= 0)
-        mm = solve(active)
-        moving = active & (mm.rates > 0)
-        time_left = _safe_divide(remaining, mm.rates, moving)
-        earliest = jnp.min(time_left)
-        pending = ~done & (wait > 0)
-        to_arrival = jnp.min(jnp.where(pending, wait, jnp.inf))   # inf when nothing is pending
-        # nothing moves and nobody arrives: the rate-0 flows would wait forever
-        stalled = ~jnp.isfinite(jnp.minimum(earliest, to_arrival))
-        # the batch never reaches past an arrival, so arrivals stay exact under batching
-        horizon = jnp.minimum(earliest * (1.0 + batch), to_arrival)
-        finishing = moving & (time_left <= horizon * (1.0 + SAME_TIME_RTOL))
-        step = jnp.where(jnp.any(finishing),
-                         jnp.minimum(jnp.max(jnp.where(finishing, time_left, 0.0)), horizon),
-                         to_arrival)
-        step = jnp.where(stalled, 0.0, step)
-        # arrivals land exactly on 0 (x - x), so `wait <= 0` admits them next event
-        arriving = pending & (wait <= step)
-        new_wait = jnp.where(pending, jnp.where(arriving, 0.0, wait - step), wait)
-        sent = jnp.where(moving & ~finishing, mm.rates * step, 0.0)
-        new_remaining = jnp.where(finishing, 0.0, jnp.maximum(remaining - sent, 0.0))
-        # a flow that was not in the batch but has nothing left (f32 rounding) is done now
-        drained = active & ~finishing & (new_remaining <= 0)
-        new_duration = jnp.where(finishing, age + time_left,
-                                 jnp.where(drained, age + step, duration))
-        new_age = jnp.where(active, age + step, age)
-        new_status = status | mm.status | jnp.where(stalled, STALLED, 0).astype(jnp.int32)
-        latest = jnp.max(jnp.where(moving, time_left, 0.0))
-        span = jnp.where(events == 0, latest, span)
-        return (elapsed + step, new_wait, new_age, new_remaining, new_duration,
-                done | finishing | drained, events + 1, jnp.maximum(rounds, mm.rounds),
-                new_status, stalled, span)
+        active = ~state.done & (state.wait <= 0)
+        return _event(state, active, solve(active), batch)
 
-    (elapsed, wait, age, remaining, duration, done, events, rounds, status, stalled,
-     span) = jax.lax.while_loop(cond, body, init)
-
-    def extrapolate(_):
-        # all unfinished flows share the fabric from now or their start, whichever is later,
-        # to their end: one solve
-        unfinished = ~done
-        mm = solve(unfinished)
-        moving = unfinished & (mm.rates > 0)
-        left = _safe_divide(remaining, mm.rates, moving)
-        out = jnp.where(unfinished, jnp.where(wait <= 0, age, 0.0) + left, duration)
-        flags = (EVENT_LIMIT | mm.status
-                 | jnp.where(jnp.any(unfinished & ~moving), STALLED, 0))
-        return out, mm.rounds, flags.astype(jnp.int32)
-
-    def settle(_):
-        # every flow is done, or the loop stalled and the flows still left never finish
-        return jnp.where(done, duration, jnp.inf), jnp.int32(0), jnp.int32(OK)
-
-    gave_up = jnp.any(~done) & ~stalled & behind(elapsed, done, span, events)
-    hit_limit = jnp.any(~done) & ~stalled & ~gave_up
-    duration, extra_rounds, extra_status = jax.lax.cond(hit_limit, extrapolate, settle, None)
-    return Progressive(finish=start_s + duration, duration=duration, events=events,
-                       rounds=jnp.maximum(rounds, extra_rounds),
-                       status=status | extra_status | jnp.where(gave_up, SKIPPED, OK))
+    state = jax.lax.while_loop(cond, body, init)
+    gave_up = jnp.any(~state.done) & ~state.stalled & behind(state)
+    hit_limit = jnp.any(~state.done) & ~state.stalled & ~gave_up
+    duration, extra_rounds, extra_status = _unfinished(state, solve, hit_limit)
+    return Progressive(finish=start_s + duration, duration=duration, events=state.events,
+                       rounds=jnp.maximum(state.rounds, extra_rounds),
+                       status=state.status | extra_status | jnp.where(gave_up, SKIPPED, OK))

@@ -121,7 +121,6 @@ def _parse_htsim_lines(text: str, num_gpus: int, fail):
     flow_ids: dict[int, int] = {}
     triggers = 0
     in_body = False
-    nodes = 0
 
     def integer(token: str, what: str, number: int, low: int = 0) -> int:
         if INT_RE.fullmatch(token) is None or int(token) < low:
@@ -139,24 +138,7 @@ def _parse_htsim_lines(text: str, num_gpus: int, fail):
             if in_body:
                 raise fail(f"line {number}: {head} after the first connection; allowed: "
                            f"header lines ({', '.join(HTSIM_HEADERS)}) before the connections")
-            if head in header:
-                raise fail(f"line {number}: {head} given twice (first at line "
-                           f"{header[head][1]}); allowed: once")
-            if len(tokens) != 2:
-                raise fail(f"line {number}: expected '{head} <count>', got "
-                           f"{short_repr(line.strip())}")
-            value = integer(tokens[1], head, number)
-            if head == "Nodes":
-                if value < 1:
-                    raise fail(f"line {number}: Nodes 0; allowed: 1..{num_gpus}")
-                if value > num_gpus:
-                    raise fail(f"line {number}: Nodes {value} but the job has {num_gpus} "
-                               f"GPUs; allowed: Nodes 1..{num_gpus}")
-                nodes = value
-            elif head == "Connections" and value > MAX_FLOWS:
-                raise fail(f"line {number}: Connections {value:,}; allowed: up to "
-                           f"{MAX_FLOWS:,} flows")
-            header[head] = (value, number)
+            _htsim_header(header, tokens, line, number, num_gpus, integer, fail)
             continue
         if not in_body:
             for needed in ("Nodes", "Connections"):
@@ -169,86 +151,18 @@ def _parse_htsim_lines(text: str, num_gpus: int, fail):
             _htsim_trigger(tokens, number, integer, fail)
             triggers += 1
             continue
-        if head == "failure":
-            raise fail(f"line {number}: htsim failure lines are not imported; allowed: "
-                       "connections only (give failures in the scenario's failures section)")
-        match = _ARROW.fullmatch(head)
-        if match is None:
-            raise fail(f"line {number}: unknown line starting {short_repr(head)}; allowed: "
-                       f"{_HTSIM_CONN}, 'trigger id I oneshot|multishot|barrier', or a "
-                       f"header ({', '.join(HTSIM_HEADERS)})")
-        if len(src) >= header["Connections"][0]:
+        if len(src) >= header["Connections"][0] and _ARROW.fullmatch(head) is not None:
             raise fail(f"line {number}: more connections than 'Connections "
                        f"{header['Connections'][0]}' (line {header['Connections'][1]}) says")
-        s, d = int(match.group(1)), int(match.group(2))
-        for name, gpu in (("src", s), ("dst", d)):
-            if gpu >= nodes:
-                raise fail(f"line {number}: {name} {gpu} is not a node of this matrix; "
-                           f"allowed: 0..{nodes - 1} (Nodes {nodes})")
-        seen: dict[str, str] = {}
-        i = 1
-        while i < len(tokens):
-            key = tokens[i]
-            if key not in _HTSIM_KEYS:
-                raise fail(f"line {number}: unknown token {short_repr(key)}; allowed: "
-                           f"{', '.join(_HTSIM_KEYS)}")
-            if key in seen:
-                raise fail(f"line {number}: {key} given twice; allowed: once per connection")
-            if key == "addon":
-                seen[key] = ""
-                i += 1
-                continue
-            if i + 1 >= len(tokens):
-                raise fail(f"line {number}: {key} has no value; allowed: {_HTSIM_CONN}")
-            seen[key] = tokens[i + 1]
-            i += 2
-        if "trigger" in seen:
-            raise fail(f"line {number}: flow started by trigger {short_repr(seen['trigger'])} "
-                       "(when other flows finish) is not supported; allowed: flows with "
-                       "'start <picoseconds>'")
-        for key in ("size", "start"):
-            if key not in seen:
-                raise fail(f"line {number}: connection has no {key}; allowed: {_HTSIM_CONN}")
-        for key in ("prio", "send_done_trigger", "recv_done_trigger"):
-            if key in seen:
-                integer(seen[key], key, number)
-        if "id" in seen:
-            flow_id = integer(seen["id"], "id", number, low=1)
-            if flow_id in flow_ids:
-                raise fail(f"line {number}: id {flow_id} already used at line "
-                           f"{flow_ids[flow_id]}; allowed: unique flow ids")
-            flow_ids[flow_id] = number
-        flow_bytes = integer(seen["size"], "size", number, low=1)
-        if flow_bytes > MAX_SIZE_BYTES:
-            raise fail(f"line {number}: size {flow_bytes} bytes; allowed: 1 .. 2^60 bytes")
-        try:
-            start_ps = float(seen["start"])
-        except ValueError:
-            raise fail(f"line {number}: start {short_repr(seen['start'])} is not a number; "
-                       "allowed: picoseconds >= 0") from None
-        if not math.isfinite(start_ps) or start_ps < 0:
-            raise fail(f"line {number}: start {short_repr(seen['start'])}; allowed: a finite "
-                       "number of picoseconds >= 0")
+        s, d, flow_bytes, start_ps = _htsim_connection(tokens, number, header["Nodes"][0],
+                                                       flow_ids, integer, fail)
         src.append(s)
         dst.append(d)
         size.append(flow_bytes)
         start.append(start_ps)
         numbers.append(number)
 
-    if "Nodes" not in header or "Connections" not in header:
-        raise fail(f"contains no flows; allowed: an htsim connection matrix (Nodes N, "
-                   f"Connections C, then {_HTSIM_CONN} lines)")
-    declared, declared_at = header["Connections"]
-    if len(src) != declared:
-        raise fail(f"line {declared_at}: Connections {declared} but the file has "
-                   f"{count(len(src), 'connection line')}; allowed: the exact count")
-    declared_triggers, triggers_at = header.get("Triggers", (0, 0))
-    if triggers != declared_triggers:
-        where = f"line {triggers_at}: " if triggers_at else ""
-        raise fail(f"{where}Triggers {declared_triggers} but the file has "
-                   f"{count(triggers, 'trigger line')}; allowed: the exact count")
-    if not src:
-        raise fail(f"contains no flows (Connections 0); allowed: at least one {_HTSIM_CONN}")
+    _htsim_totals(header, len(src), triggers, fail)
     line_numbers = np.asarray(numbers, dtype=np.int64)
 
     def where(i: int) -> str:
@@ -257,6 +171,119 @@ def _parse_htsim_lines(text: str, num_gpus: int, fail):
     return (np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
             np.asarray(size, dtype=np.float64),
             np.asarray(start, dtype=np.float64) / PS_PER_SECOND, where)
+
+
+def _htsim_header(header: dict, tokens: list[str], line: str, number: int, num_gpus: int,
+                  integer, fail) -> None:
+    """Check a ``Nodes N`` / ``Connections C`` / ``Triggers T`` / ``Failures F`` line and
+    record it in `header` (keyword -> (value, line number))."""
+    head = tokens[0]
+    if head in header:
+        raise fail(f"line {number}: {head} given twice (first at line "
+                   f"{header[head][1]}); allowed: once")
+    if len(tokens) != 2:
+        raise fail(f"line {number}: expected '{head} <count>', got "
+                   f"{short_repr(line.strip())}")
+    value = integer(tokens[1], head, number)
+    if head == "Nodes":
+        if value < 1:
+            raise fail(f"line {number}: Nodes 0; allowed: 1..{num_gpus}")
+        if value > num_gpus:
+            raise fail(f"line {number}: Nodes {value} but the job has {num_gpus} "
+                       f"GPUs; allowed: Nodes 1..{num_gpus}")
+    elif head == "Connections" and value > MAX_FLOWS:
+        raise fail(f"line {number}: Connections {value:,}; allowed: up to "
+                   f"{MAX_FLOWS:,} flows")
+    header[head] = (value, number)
+
+
+def _htsim_fields(tokens: list[str], number: int, fail) -> dict[str, str]:
+    """A connection line's keyword/value pairs after ``S->D`` (``addon`` takes no value)."""
+    seen: dict[str, str] = {}
+    i = 1
+    while i < len(tokens):
+        key = tokens[i]
+        if key not in _HTSIM_KEYS:
+            raise fail(f"line {number}: unknown token {short_repr(key)}; allowed: "
+                       f"{', '.join(_HTSIM_KEYS)}")
+        if key in seen:
+            raise fail(f"line {number}: {key} given twice; allowed: once per connection")
+        if key == "addon":
+            seen[key] = ""
+            i += 1
+            continue
+        if i + 1 >= len(tokens):
+            raise fail(f"line {number}: {key} has no value; allowed: {_HTSIM_CONN}")
+        seen[key] = tokens[i + 1]
+        i += 2
+    return seen
+
+
+def _htsim_connection(tokens: list[str], number: int, nodes: int, flow_ids: dict[int, int],
+                      integer, fail) -> tuple[int, int, int, float]:
+    """(src, dst, bytes, start in ps) of a connection line, checked; its id goes into
+    `flow_ids` (id -> line number)."""
+    head = tokens[0]
+    if head == "failure":
+        raise fail(f"line {number}: htsim failure lines are not imported; allowed: "
+                   "connections only (give failures in the scenario's failures section)")
+    match = _ARROW.fullmatch(head)
+    if match is None:
+        raise fail(f"line {number}: unknown line starting {short_repr(head)}; allowed: "
+                   f"{_HTSIM_CONN}, 'trigger id I oneshot|multishot|barrier', or a "
+                   f"header ({', '.join(HTSIM_HEADERS)})")
+    s, d = int(match.group(1)), int(match.group(2))
+    for name, gpu in (("src", s), ("dst", d)):
+        if gpu >= nodes:
+            raise fail(f"line {number}: {name} {gpu} is not a node of this matrix; "
+                       f"allowed: 0..{nodes - 1} (Nodes {nodes})")
+    seen = _htsim_fields(tokens, number, fail)
+    if "trigger" in seen:
+        raise fail(f"line {number}: flow started by trigger {short_repr(seen['trigger'])} "
+                   "(when other flows finish) is not supported; allowed: flows with "
+                   "'start <picoseconds>'")
+    for key in ("size", "start"):
+        if key not in seen:
+            raise fail(f"line {number}: connection has no {key}; allowed: {_HTSIM_CONN}")
+    for key in ("prio", "send_done_trigger", "recv_done_trigger"):
+        if key in seen:
+            integer(seen[key], key, number)
+    if "id" in seen:
+        flow_id = integer(seen["id"], "id", number, low=1)
+        if flow_id in flow_ids:
+            raise fail(f"line {number}: id {flow_id} already used at line "
+                       f"{flow_ids[flow_id]}; allowed: unique flow ids")
+        flow_ids[flow_id] = number
+    flow_bytes = integer(seen["size"], "size", number, low=1)
+    if flow_bytes > MAX_SIZE_BYTES:
+        raise fail(f"line {number}: size {flow_bytes} bytes; allowed: 1 .. 2^60 bytes")
+    try:
+        start_ps = float(seen["start"])
+    except ValueError:
+        raise fail(f"line {number}: start {short_repr(seen['start'])} is not a number; "
+                   "allowed: picoseconds >= 0") from None
+    if not math.isfinite(start_ps) or start_ps < 0:
+        raise fail(f"line {number}: start {short_repr(seen['start'])}; allowed: a finite "
+                   "number of picoseconds >= 0")
+    return s, d, flow_bytes, start_ps
+
+
+def _htsim_totals(header: dict, connections: int, triggers: int, fail) -> None:
+    """The counts the header declared against what the file held."""
+    if "Nodes" not in header or "Connections" not in header:
+        raise fail(f"contains no flows; allowed: an htsim connection matrix (Nodes N, "
+                   f"Connections C, then {_HTSIM_CONN} lines)")
+    declared, declared_at = header["Connections"]
+    if connections != declared:
+        raise fail(f"line {declared_at}: Connections {declared} but the file has "
+                   f"{count(connections, 'connection line')}; allowed: the exact count")
+    declared_triggers, triggers_at = header.get("Triggers", (0, 0))
+    if triggers != declared_triggers:
+        where = f"line {triggers_at}: " if triggers_at else ""
+        raise fail(f"{where}Triggers {declared_triggers} but the file has "
+                   f"{count(triggers, 'trigger line')}; allowed: the exact count")
+    if not connections:
+        raise fail(f"contains no flows (Connections 0); allowed: at least one {_HTSIM_CONN}")
 
 
 def _htsim_trigger(tokens: list[str], number: int, integer, fail) -> None:
