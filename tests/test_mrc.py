@@ -22,6 +22,7 @@ from fabricjax.fabric.paths import clos_path_links, hashed_slots, spread_slots
 from fabricjax.config import FabricConfig
 from fabricjax.scenario import parse_scenario
 from fabricjax.core.status import Status
+from fabricjax.policies.mrc import LOCAL_SLACK
 from fabricjax.engine.phase import run_phase
 from fabricjax.solver.maxmin import uniform_live_split
 from fabricjax.workload.build import build_workload
@@ -124,12 +125,31 @@ def reference_measure(ref: ReferenceClos, src, dst, plane, spine, demand, capaci
                            for k in range(num_slots)] for f in range(num_flows)],
                          dtype=bool).reshape(num_flows, num_slots)
 
+    # an EV's own level: its flow's mean over the usable EVs of the same plane, when higher
+    usable_ev = cross[:, None] & ~host_dead & ~dead
+    local = np.zeros((num_flows, num_slots))
+    for f in range(num_flows):
+        for k in range(num_slots):
+            same = [j for j in range(num_slots) if plane[f, j] == plane[f, k] and usable_ev[f, j]]
+            if same:
+                local[f, k] = np.mean([controlled[f, j] for j in same])
+
+    # a dead EV is retired where it stands, and replaced only when its plane has no usable
+    # EV left in its flow
+    plane_empty = np.array([[not any(usable_ev[f, j] for j in range(num_slots)
+                                     if plane[f, j] == plane[f, k])
+                             for k in range(num_slots)] for f in range(num_flows)], bool)
+
     def marked_at(level):
-        return cross[:, None] & ~host_dead & (dead | (controlled > level))
+        own = level * np.maximum(1.0, local * (1 + LOCAL_SLACK))
+        return cross[:, None] & ~host_dead & ((dead & plane_empty) |
+                                              (~dead & (controlled > own)))
 
     return dict(
         load=load, util=util, dead=dead, cross=cross, controlled=controlled, host_dead=host_dead,
         marked=marked_at(threshold),
+        level=threshold * np.maximum(1.0, local * (1 + LOCAL_SLACK)),
+        replaced=cross[:, None] & ~host_dead & dead & plane_empty,
         marked_strict=marked_at(threshold * (1 + TIE)),   # certainly marked in float32
         marked_loose=marked_at(threshold * (1 - TIE)),    # possibly marked in float32
         p100=util[usable].max() if usable.any() else -np.inf,
@@ -269,7 +289,9 @@ def test_first_measurement_matches_reference(seed, dead_links):
 @given(seed=SEEDS, dead_links=st.integers(0, 3), damping=st.sampled_from([0.4, 1.0]))
 def test_one_iteration_moves_only_marked_evs_within_their_plane(seed, dead_links, damping):
     """One reaction step: only marked EVs move, each to another spine of its plane; with
-    damping 1 every EV on a dead path that has a live alternative moves; trace[1] and
+    damping 1 every EV on a dead path that MRC replaces (its flow has no usable EV left on
+    its plane) and that has a live alternative moves, and the other dead ones stay (retired
+    where they are); trace[1] and
     excess_trace[1] are the reference's measurement of the moved EV set."""
     ref = reference_clos(TINY)
     rng = np.random.default_rng(seed)
@@ -282,8 +304,10 @@ def test_one_iteration_moves_only_marked_evs_within_their_plane(seed, dead_links
     assert not np.any(moved & ~before["marked_loose"]), "an unmarked EV moved"
     assert np.all((out.final_spine >= 0) & (out.final_spine < ref.spines))
     if damping == 1.0:
-        must = live_alternative(ref, case, before["dead"] & before["cross"][:, None])
+        must = live_alternative(ref, case, before["replaced"])
         assert np.all(moved[must]), "an EV on a dead path stayed at damping 1"
+    retired = before["dead"] & ~before["replaced"]
+    assert not np.any(moved[retired]), "a retired EV moved while its plane had live ones"
     if int(out.iterations) == 1:
         after = measure(ref, case, out.final_spine, threshold)
         assert_close(out.trace[1], after["p100"])
@@ -296,7 +320,7 @@ def test_one_iteration_moves_only_marked_evs_within_their_plane(seed, dead_links
 
 def test_reaction_probability_and_target_are_as_documented():
     """Over many keys, a marked EV (all links alive) moves with probability
-    damping * (u - threshold) / u and lands uniformly on one of the other S - 1 spines."""
+    damping * (u - level) / u, level its own (`threshold` x max(1, its plane's mean)), and lands uniformly on one of the other S - 1 spines."""
     ref = reference_clos(TINY)
     rng = np.random.default_rng(2024)
     case = random_case(ref, rng, flows=T1_FLOWS, slots=T1_SLOTS, dead_links=0)
@@ -304,7 +328,7 @@ def test_reaction_probability_and_target_are_as_documented():
     before = measure(ref, case, case["spine"], threshold)
     u = before["controlled"]
     assert before["marked_strict"].sum() >= 10 and np.all(np.isfinite(u))
-    share = (u - threshold) / np.maximum(u, 1e-30)
+    share = (u - before["level"]) / np.maximum(u, 1e-30)
     p = np.where(before["marked"], np.clip(damping * share, 0.0, 1.0), 0.0)
     moves = np.zeros(case["spine"].shape)
     offsets = np.zeros(ref.spines, dtype=np.int64)
@@ -623,12 +647,23 @@ def test_dead_uplink_carries_nothing_and_no_flow_stalls(seed):
     assert mrc.spine.shape == spine.shape
 
 
-def test_retired_evs_are_replaced_by_the_fixed_point():
+def test_retired_evs_stay_retired_and_mrc_is_never_worse_than_spraying():
+    """A dead EV whose flow has live EVs on its plane is retired where it stands (it carries
+    nothing), and the settled P100 is never above spraying's over the same live EVs."""
     for seed in (0, 1):
-        ref, flows, plane, spine, alive, dead, _, mrc, _ = dead_uplink_case(seed)
-        links = clos_path_links(ref.geom, flows.src[:, None], flows.dst[:, None], plane,
+        ref, flows, plane, spine, alive, dead, _, mrc, result = dead_uplink_case(seed)
+        before = clos_path_links(ref.geom, flows.src[:, None], flows.dst[:, None], plane,
+                                 spine)
+        after = clos_path_links(ref.geom, flows.src[:, None], flows.dst[:, None], plane,
                                 mrc.spine)
-        assert not np.any(links == dead), (
-            f"seed {seed}: {int(np.sum(np.any(links == dead, axis=-1)))} EVs still on the "
-            f"dead link after {int(mrc.iterations)} iterations "
-            f"({MRC_STATUS_NAMES[int(mrc.status)]})")
+        on_dead_before = np.any(before == dead, axis=-1)
+        on_dead_after = np.any(after == dead, axis=-1)
+        assert on_dead_before.any()
+        # no EV moves onto the dead link; those that were there and did not move are retired
+        assert not np.any(on_dead_after & ~on_dead_before)
+        case = dict(src=flows.src, dst=flows.dst, plane=plane, demand=np.ones(len(flows.src)),
+                    capacity=ref.fabric.capacity, alive=alive)
+        sprayed = measure(ref, case, spine, 1.0)
+        settled = measure(ref, case, mrc.spine, 1.0)
+        assert settled["p100"] <= sprayed["p100"] * (1 + 1e-6), (
+            f"seed {seed}: {MRC_STATUS_NAMES[int(mrc.status)]}")

@@ -336,7 +336,9 @@ def test_every_loop_bound_is_a_reported_status():
     scenario = parse_scenario({
         "fabric": {"gpus": 64, "planes": 2, "radix": 16, "oversubscription": 3},
         "workload": [{"collective": "permutation", "size": "4MB"}],
-        "policies": ["ecmp", "mrc"], "ecmp": {"qps": 1}, "mrc": {"evs": 8, "max_iters": 1},
+        "policies": ["ecmp", "mrc"], "ecmp": {"qps": 1},
+        # below its plane's mean: marked EVs are left at the iteration cap
+        "mrc": {"evs": 8, "max_iters": 1, "threshold": 0.5},
         "solver": {"max_rounds": 1, "eps": 0.0, "rates": "full"}})
     records = {r.policy: r for r in analyze(scenario).records}
     assert "round_limit" in records["ecmp"].status and records["ecmp"].rate_rounds == 1

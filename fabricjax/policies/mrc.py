@@ -9,19 +9,22 @@ given the seed. The `Mrc` policy starts from spraying's draw and runs it as its 
 
 The model of one iteration (what MRC does over a few round-trip times):
   1. spray: every flow sends equally over its live EVs. An EV whose path has a dead fabric
-     link carries nothing and is replaced at once by a live EV of the same plane (MRC retires an
-     EV at the first lost packet); an EV behind a dead NIC port is retired for good, since no
+     link carries nothing: MRC retires an EV at the first lost packet and sprays on over the
+     rest (spraying's own steady state); it is replaced by a live EV of the same plane only
+     when its flow has no usable EV left on that plane (`_replaced`); an EV behind a dead NIC port is retired for good, since no
      spine of its plane can carry it (the GPU loses that plane, 1/P of its bandwidth);
   2. congestion signal: an EV is *marked* when the worst utilisation along the hops its choice
      controls (its switch-to-switch hops: on a Clos the T0 -> T1 uplink and T1 -> T0 downlink)
-     exceeds the marking level, `threshold` x max(1, the switch-to-switch links' mean
-     utilisation) (ECN marking at a queue that builds when offered load exceeds capacity; on
+     exceeds its marking level, `threshold` x max(1, the switch-to-switch links' mean
+     utilisation, the mean worst utilisation of its flow's usable EVs of its plane) (ECN marking at a queue that builds when offered load exceeds capacity; on
      an oversubscribed or degraded fabric every path is offered more than it carries and
      queues, and the paths that queue more are marked, so the swaps even the load out in
      proportion to capacity: the calibration against htsim's REPS on a leaf-spine with half
      its uplinks at 25% took mrc's median FCT from +125% to within 2%). The NIC-port
      hops are shared by every EV of a plane, so no swap can relieve them; congestion there is
-     left to the rates;
+     left to the rates. The plane's mean (`_local_level`) is the load a swap cannot avoid:
+     a T0 that lost an uplink offers every other one 32/31 of its capacity, they queue
+     alike and no swap relieves them;
   3. reaction: a marked EV moves to a uniformly random *other* path of the **same plane**
      with probability damping * (u - level) / u, where u is its path's worst utilisation.
      When that path is dead the next one in cyclic order is tried (RETARGET_DRAWS
@@ -35,8 +38,8 @@ load above the marking level x capacity, a smooth measure, unlike the jumpy P100
 improved by more than `tol` (relative) for `patience` iterations (`settled`), or at `max_iters`
 (`iteration cap`). In the *settled* case the swapping goes on in a noisy
 equilibrium, so its P100 fluctuates; what is returned is then the best EV set it reached
-(fewest EVs left on dead paths, then lowest P100, then lowest overload), never worse than the
-spraying it started from when nothing is dead. A balanced stop returns the balanced EV set
+(fewest flows without a live EV, then lowest P100, then lowest overload), never worse than the
+spraying it started from (dead EVs retired). A balanced stop returns the balanced EV set
 itself, a true fixed point. The trace records every iteration's P100, so the spread of that
 equilibrium stays visible.
 
@@ -139,6 +142,32 @@ def _marking(load, util, usable, capacity, threshold, fabric_range):
     return p100, level, overload
 
 
+# an EV is marked against its own plane's alternatives only past their mean by this much: the
+# float32 mean of equal utilisations can round a last bit below them
+LOCAL_SLACK = 1e-4
+
+
+def _local_level(routes, plane, controlled, level, threshold, usable_ev):
+    """float[F, K]: each EV's marking level, the fabric's (`_marking`) or `threshold` x the
+    mean worst utilisation of its flow's usable EVs of the same plane, whichever is higher.
+    A swap only reaches another path of the plane, so a load the plane cannot avoid (a T0
+    that lost an uplink offers its 31 others 32/31 of their capacity whichever spine an EV
+    takes) queues on every path alike and ECN marks none more than the others; marking it
+    against the fabric's level instead made every EV there move, at random, for ever (P100
+    1.078 against spraying's 32/31 after one cable down at 2,048 GPUs)."""
+    local = routes.plane_mean(plane, controlled, usable_ev)
+    return jnp.maximum(level, threshold * local * (1.0 + LOCAL_SLACK))
+
+
+def _replaced(routes, plane, fabric_dead, usable_ev):
+    """bool[F, K]: the EVs on a dead path that MRC replaces: those whose flow has no usable EV
+    left on their plane. The others are retired where they are: the first lost packet retires
+    an EV and the flow sprays on over the rest (spraying's own steady state), where replacing
+    them at random piled EVs onto some spines."""
+    has_live = routes.plane_mean(plane, jnp.ones(plane.shape, jnp.float32), usable_ev) > 0
+    return fabric_dead & ~has_live
+
+
 RETARGET_DRAWS = 2  # candidate spines tried per moving EV; the first live one is taken
 
 
@@ -169,8 +198,8 @@ def hash_bits(index, seed_words, iteration):
 def _moves(bits, controlled, marked, level, damping):
     """bool[F, K]: which EVs move this iteration, from the high 16 of their draw `bits`. A
     marked EV moves with probability damping x (u - level) / u, u its `controlled`
-    utilisation (the share of its traffic in excess); a dead one (u infinite: the first lost
-    packet retires it) moves at once."""
+    utilisation (the share of its traffic in excess); a marked dead one (u infinite: its
+    flow has no usable EV left on its plane, `_replaced`) moves at once."""
     dead = ~jnp.isfinite(controlled)
     share_over = jnp.where(dead, 1.0, (controlled - level) / jnp.maximum(controlled, 1e-30))
     p_move = jnp.where(marked, jnp.where(dead, 1.0, jnp.clip(damping * share_over, 0, 1)),
@@ -201,14 +230,14 @@ class _Phase(NamedTuple):
 
 class _Measured(NamedTuple):
     """An EV set's state: each EV's controlled utilisation and mark, the P100, the fabric
-    overload, the EVs on dead paths, the marking level and (with the clock) each flow's
+    overload, the flows without a live EV, each EV's marking level and (with the clock) each flow's
     speed."""
 
     controlled: jax.Array
     marked: jax.Array
     p100: jax.Array
     overload: jax.Array
-    dead_evs: jax.Array
+    stranded: jax.Array
     level: jax.Array
     speed: jax.Array
 
@@ -216,7 +245,7 @@ class _Measured(NamedTuple):
 class _Loop(NamedTuple):
     """The fixed point's carry: the EV set and its measure, the best overload so far and the
     iterations since it improved by tol, the iteration, the traces, the best EV set (fewest
-    EVs on dead paths, then lowest P100, then lowest overload) and, with the clock, the flows'
+    flows without a live EV, then lowest P100, then lowest overload) and, with the clock, the flows'
     speeds in every set."""
 
     spine: jax.Array
@@ -228,7 +257,7 @@ class _Loop(NamedTuple):
     trace: jax.Array
     excess: jax.Array
     best_spine: jax.Array
-    best_dead: jax.Array
+    best_stranded: jax.Array
     best_p100: jax.Array
     best_overload: jax.Array
     level: jax.Array
@@ -257,14 +286,17 @@ def _measure(ph: _Phase, spine) -> _Measured:
     controlled = jnp.where(fabric_dead, jnp.inf, controlled)
     p100, level, overload = _marking(load, util, usable, ph.capacity, ph.threshold,
                                      ph.fabric_range)
-    marked = ((controlled > level) | fabric_dead) & ph.cross & ph.host_live
+    usable_ev = ph.cross & ph.host_live & ~fabric_dead
+    level = _local_level(routes, plane, controlled, level, ph.threshold, usable_ev)
+    replaced = _replaced(routes, plane, fabric_dead, usable_ev)
+    marked = ((controlled > level) & ~fabric_dead | replaced) & ph.cross & ph.host_live
     # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
     # better (MRC retires them within microseconds), whatever its P100 (counted per flow
     # first, which XLA fuses, where one sum stored the [F, K] mask as int32)
-    dead_evs = jnp.sum(jnp.sum(fabric_dead & ph.host_live, axis=1, dtype=jnp.int32))
+    stranded = jnp.sum(~jnp.any(live, axis=1), dtype=jnp.int32)
     speed = (flow_speed(routes, plane, spine, live, util_ext) if ph.clock_rows
              else jnp.zeros(spine.shape[0], jnp.float32))
-    return _Measured(controlled, marked, p100, overload, dead_evs, level, speed)
+    return _Measured(controlled, marked, p100, overload, stranded, level, speed)
 
 
 def _swap(ph: _Phase, spine, controlled, marked, level, it, *, lookup: bool):
@@ -298,8 +330,8 @@ def _iterate(ph: _Phase, state: _Loop, tol) -> _Loop:
     if ph.clock_rows:      # the set after iteration it + 1: its own row, or the tail's sum
         speeds = speeds.at[jnp.minimum(state.it + 1, ph.clock_rows)].add(m.speed)
     improved = m.overload < state.best * (1.0 - tol)
-    same_dead = m.dead_evs == state.best_dead
-    better = (m.dead_evs < state.best_dead) | (same_dead & (m.p100 < state.best_p100)) | (
+    same_dead = m.stranded == state.best_stranded
+    better = (m.stranded < state.best_stranded) | (same_dead & (m.p100 < state.best_p100)) | (
         same_dead & (m.p100 == state.best_p100) & (m.overload < state.best_overload))
     return _Loop(
         spine=new_spine, controlled=m.controlled, marked=m.marked,
@@ -309,7 +341,7 @@ def _iterate(ph: _Phase, state: _Loop, tol) -> _Loop:
         excess=state.excess.at[state.it + 1].set(m.overload),
         # a copy only when it is better (a select would read and write both sets every time)
         best_spine=jax.lax.cond(better, lambda: new_spine, lambda: state.best_spine),
-        best_dead=jnp.where(better, m.dead_evs, state.best_dead),
+        best_stranded=jnp.where(better, m.stranded, state.best_stranded),
         best_p100=jnp.where(better, m.p100, state.best_p100),
         best_overload=jnp.where(better, m.overload, state.best_overload),
         level=m.level, speeds=speeds)
@@ -354,7 +386,7 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
                  since_best=jnp.int32(0), it=jnp.int32(0),
                  trace=jnp.full(max_iters + 1, m0.p100, jnp.float32),
                  excess=jnp.full(max_iters + 1, m0.overload, jnp.float32), best_spine=spine,
-                 best_dead=m0.dead_evs, best_p100=m0.p100, best_overload=m0.overload,
+                 best_stranded=m0.stranded, best_p100=m0.p100, best_overload=m0.overload,
                  level=m0.level, speeds=speeds0)
 
     def cond(state):
@@ -382,7 +414,8 @@ def mrc_fixed_point(routes, plane, spine, demand, capacity, alive, key, threshol
 class MrcSettings(Strict):
     """MRC adaptive spraying: `evs` entropy values per flow (equal per plane, the same initial
     set as `spray` when the counts match); an EV whose path's worst controllable utilisation
-    exceeds the marking level, `threshold` x max(1, the fabric links' mean utilisation), is
+    exceeds its marking level, `threshold` x max(1, the fabric links' mean utilisation, the
+    mean of its flow's usable EVs of its plane), is
     marked and moves to a random spine of its plane with probability
     damping * (u - level) / u. Stops when nothing is marked, when the fabric overload has not
     improved by `tol` (relative) for `patience` iterations, or at `max_iters`. A failure set
@@ -397,7 +430,8 @@ class MrcSettings(Strict):
         "Where the initial EVs land (a swap always draws a uniformly random path of the "
         "plane). " + PLACEMENT_HELP))
     threshold: Annotated[float, TRACED] = Field(1.0, gt=0.0, le=100.0, description=(
-        "Marking level, relative to max(1, the fabric links' mean utilisation)."))
+        "Marking level, relative to max(1, the fabric links' mean utilisation, the mean "
+        "utilisation of the flow's usable EVs on the EV's plane)."))
     damping: Annotated[float, TRACED] = Field(0.3, gt=0.0, le=1.0, description=(
         "A marked EV moves with probability damping * (u - level) / u."))
     max_iters: Annotated[int, STATIC] = Field(500, ge=1, le=100_000, description=(
@@ -565,9 +599,13 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
         controlled = jnp.where(fabric_dead, jnp.inf, per_hop(util_ext, hops, jnp.maximum))
         p100, level, overload = _marking(load, util, usable, capacity, threshold,
                                          fabric_range)
-        marked = cross & ~host_dead & ((controlled > level) | fabric_dead)
+        usable_ev = cross & ~host_dead & ~fabric_dead
+        level = _local_level(routes, plane, controlled, level, threshold, usable_ev)
+        replaced = _replaced(routes, plane, fabric_dead, usable_ev)
+        marked = cross & ~host_dead & ((controlled > level) & ~fabric_dead | replaced)
         dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)
-        return controlled, marked, p100, overload, dead_evs, level
+        stranded = jnp.sum(~jnp.any(~host_dead & fabric_ok, axis=1), dtype=jnp.int32)
+        return controlled, marked, p100, overload, dead_evs, stranded, level
 
     ev_index = jnp.arange(num_flows * num_slots, dtype=jnp.uint32).reshape(spine.shape)
     seed_words = jax.random.bits(key, (2,), jnp.uint32)
@@ -576,18 +614,18 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
     spine = spine.astype(routes.choice_dtype())
     fabric_ok0 = per_hop(alive_ext, routes.controlled_hops(plane, spine), jnp.logical_and)
     count0, fixed0 = rate_part(fabric_ok0)
-    controlled0, marked0, p100_0, overload0, dead0, level0 = measure(spine, fabric_ok0, count0,
-                                                                     fixed0)
+    controlled0, marked0, p100_0, overload0, dead0, stranded0, level0 = measure(
+        spine, fabric_ok0, count0, fixed0)
     init = (spine, fabric_ok0, controlled0, marked0, overload0, overload0, jnp.int32(0),
-            jnp.int32(0), spine, dead0, p100_0, overload0, level0, count0, fixed0, dead0)
+            jnp.int32(0), spine, stranded0, p100_0, overload0, level0, count0, fixed0, dead0)
 
     def cond(state):
         _, _, _, marked, _, _, since_best, it = state[:8]
         return jnp.any(marked) & (since_best < patience) & (it < max_iters)
 
     def body(state):
-        (spine, fabric_ok, controlled, marked, _, best, since_best, it, best_spine, best_dead,
-         best_p100, best_overload, level, count, fixed_load, dead_evs) = state
+        (spine, fabric_ok, controlled, marked, _, best, since_best, it, best_spine,
+         best_stranded, best_p100, best_overload, level, count, fixed_load, dead_evs) = state
         # materialised once: fused into its users, the hash was computed again for each
         bits = jax.lax.optimization_barrier(hash_bits(ev_index, seed_words, it))
         move = _moves(bits, controlled, marked, level, damping)
@@ -607,20 +645,20 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
         fabric_ok = fabric_ok | move
         count, fixed_load = jax.lax.cond(dead_evs > 0, rate_part,
                                          lambda _: (count, fixed_load), fabric_ok)
-        controlled, marked, p100, overload, dead_evs, level = measure(new_spine, fabric_ok,
-                                                                      count, fixed_load)
+        controlled, marked, p100, overload, dead_evs, stranded, level = measure(
+            new_spine, fabric_ok, count, fixed_load)
         improved = overload < best * (1.0 - tol)
         best = jnp.minimum(best, overload)
         since_best = jnp.where(improved, 0, since_best + 1)
-        same_dead = dead_evs == best_dead
-        better = (dead_evs < best_dead) | (same_dead & (p100 < best_p100)) | (
+        same_dead = stranded == best_stranded
+        better = (stranded < best_stranded) | (same_dead & (p100 < best_p100)) | (
             same_dead & (p100 == best_p100) & (overload < best_overload))
         best_spine = jnp.where(better, new_spine, best_spine)
-        best_dead = jnp.where(better, dead_evs, best_dead)
+        best_stranded = jnp.where(better, stranded, best_stranded)
         best_p100 = jnp.where(better, p100, best_p100)
         best_overload = jnp.where(better, overload, best_overload)
         return (new_spine, fabric_ok, controlled, marked, overload, best, since_best, it + 1,
-                best_spine, best_dead, best_p100, best_overload, level, count, fixed_load,
+                best_spine, best_stranded, best_p100, best_overload, level, count, fixed_load,
                 dead_evs)
 
     (last_spine, _, _, last_marked, last_overload, _, since_best, it, best_spine, _, _,

@@ -117,6 +117,18 @@ class RoutesMixin:
 
     # mrc's loop asks these per iteration; the defaults go through `controlled_hops` and
     # `alternatives`, and `ClosRoutes` overrides them so that nothing [F, K, H]-sized is made
+    def plane_mean(self, plane, values, mask):
+        """float[F, K]: the mean of values[F, K] over each flow's slots of the same plane
+        where `mask`, broadcast back to every slot of that plane (0 where none)."""
+        num_flows, num_slots = values.shape
+        planes = self.planes
+        segment = (jnp.arange(num_flows)[:, None] * planes + plane).reshape(-1)
+        total, count = (jax.ops.segment_sum(jnp.where(mask, x, 0.0).reshape(-1), segment,
+                                            num_segments=num_flows * planes)
+                        for x in (values, jnp.ones_like(values)))
+        mean = (total / jnp.maximum(count, 1.0)).reshape(num_flows, planes)
+        return jnp.take_along_axis(mean, plane, axis=1)
+
     def choice_dtype(self):
         """The narrowest integer dtype that holds every choice (what mrc's loop carries)."""
         return jnp.int32
@@ -258,6 +270,13 @@ class ClosRoutes(RoutesMixin):
         rest = per_plane.shape[2:]
         return jnp.broadcast_to(per_plane[:, None], (num_flows, num_slots // planes, planes) +
                                 rest).reshape((num_flows, num_slots) + rest)
+
+    def plane_mean(self, plane, values, mask):
+        """`RoutesMixin.plane_mean` by a reshape (slot k on plane k % P), no scatter."""
+        num_slots = values.shape[1]
+        total = per_plane_sum(jnp.where(mask, values, 0.0), self.geom.planes)
+        count = per_plane_sum(mask.astype(values.dtype), self.geom.planes)
+        return self._per_slot(total / jnp.maximum(count, 1.0), num_slots)
 
     def slot_loads(self, plane, choice, rate, num_segments: int):
         """float[L+1]: loads of rate[F, K] (Gbit/s per slot) over the 2K fabric hops and 2P
