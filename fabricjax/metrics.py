@@ -132,6 +132,85 @@ def progressive_figures(collective: Collective, outcomes: list[PhaseOutcome],
     return out
 
 
+def dynamic_figures(collective: Collective, outcomes: list[PhaseOutcome],
+                    scenario: Scenario, fabric: AnyFabric, line_rate: float,
+                    endpoint: float, *, series: bool = True) -> dict | None:
+    """The collective under the dynamic level (`PhaseOutcome.dynamic`), its own section of a
+    record: completion (every phase's steps at the dynamic phase's end at the receivers, the
+    same latencies and step costs as the static completion; None when a flow stalls),
+    slowdown, fabric slowdown and busbw from it, the static completion beside; FCT P50/P99/max
+    over the fabric flows (each step's flows once per repeat); the busiest phase's
+    time-averaged P100, overall and per tier, beside its static P100; the largest queue fill
+    and the P99 over the links that carried traffic (queue / buffer); wire bytes trimmed
+    (and sent again) and sent twice by a timer, the timer's resends and the ACK stalls (every
+    repeat counted); steps; status; and (`series`) the busiest phase's time series, rows of
+    (time s, largest queue fill, throughput Gbit/s, flows sending). None when no phase ran
+    in time (classes, static model)."""
+    runs = [(phase, o, o.dynamic) for phase, o in zip(collective.phases, outcomes)
+            if o.dynamic is not None]
+    if not runs:
+        return None
+    total, status, steps, stalled = 0.0, 0, 0, 0
+    trimmed = duplicated = timeouts = stalls = 0.0
+    fcts, weights = [], []
+    for phase, outcome in zip(collective.phases, outcomes):
+        run = outcome.dynamic
+        if run is None:
+            total += float(phase_duration_s(scenario, phase, outcome.fabric_end_s,
+                                             outcome.hops))
+            continue
+        sending = phase.flows.size > 0
+        total += float(phase_duration_s(scenario, phase, run.completion_s, outcome.hops))
+        fcts.append(run.fct_s[sending])
+        weights.append(np.full(int(sending.sum()), phase.repeat, np.float64))
+        status |= int(run.status)
+        steps += int(run.steps) * phase.repeat
+        stalled += int(run.stalled)
+        trimmed += float(run.trimmed_bytes.sum()) * phase.repeat
+        duplicated += float(run.duplicated_bytes.sum()) * phase.repeat
+        timeouts += run.timeouts * phase.repeat
+        stalls += float(run.ack_stalls.sum()) * phase.repeat
+    finished = stalled == 0 and not status & int(Status.EVENT_LIMIT)
+    busiest_phase, busiest_outcome, busiest = max(runs, key=lambda r: r[2].p100_time_avg)
+    tiers = {name: float(np.max(busiest.link_util[lo:hi], initial=0.0))
+             for name, (lo, hi) in zip(fabric.tier_names, fabric.tier_bounds)}
+    carried = busiest.link_util > 0
+    fill = busiest.link_fill[carried]
+    bits = collective.size * 8e-9
+    algbw = bits / total if finished and total > 0 else None
+    out = {
+        "completion_s": total if finished else None,
+        "static_completion_s": None,
+        "slowdown": total / line_rate if finished and line_rate > 0 else None,
+        "fabric_slowdown": total / endpoint if finished and endpoint > 0 else None,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * collective.busbw_factor if algbw is not None else None,
+        "fct_p50_s": None, "fct_p99_s": None, "fct_max_s": None,
+        "p100_time_avg": busiest.p100_time_avg,
+        "p100_time_avg_by_tier": tiers,
+        "p100_static": busiest.p100_static,
+        "queue_fill_p99": float(np.quantile(fill, 0.99, method="inverted_cdf"))
+        if fill.size else 0.0,
+        "queue_fill_max": float(np.max(busiest.link_fill, initial=0.0)),
+        "trimmed_bytes": trimmed,
+        "duplicated_bytes": duplicated,
+        "timeouts": int(timeouts),
+        "ack_stalls": int(stalls),
+        "stalled_flows": stalled,
+        "steps": steps,
+        "dt_s": busiest.dt_s,
+        "status": status_text(status),
+    }
+    if fcts:
+        values, w = np.concatenate(fcts), np.concatenate(weights)
+        if values.size and np.all(np.isfinite(values)):
+            p50, p99 = weighted_quantiles(values, w, (0.5, 0.99))
+            out.update(fct_p50_s=p50, fct_p99_s=p99, fct_max_s=float(values.max()))
+    if series:
+        out["series"] = [[float(v) for v in row] for row in busiest.series]
+    return out
+
+
 def progressive_absent(policy: str, collective: Collective, outcomes: list[PhaseOutcome],
                        scenario: Scenario, finished: bool) -> tuple[str, str] | None:
     """(status, reason) when the progressive simulation did not run for this record, so the
@@ -141,6 +220,8 @@ def progressive_absent(policy: str, collective: Collective, outcomes: list[Phase
     flow-path bound)."""
     if not finished:
         return "stalled", "a flow has no live path, so there is nothing to simulate"
+    if scenario.solver.model == "dynamic":
+        return "off", "solver.model: dynamic (the dynamic level's own table)"
     if not any(o.slots and o.progressive is None for o in outcomes):
         return None
     if any(o.classes is not None for o in outcomes):
@@ -208,6 +289,9 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
             progressive_status, progressive_reason = absent
     # the busiest phase's iteration when it had one (a phase inside servers has none)
     shown = outcomes[worst].adaptation or (adaptive[0] if adaptive else None)
+    dynamic = dynamic_figures(collective, outcomes, scenario, fabric, line_rate, endpoint)
+    if dynamic is not None:
+        dynamic["static_completion_s"] = completion if finished else None
     aggregated = [o.classes for o in outcomes if o.classes is not None]
     return PolicyRecord(
         policy=policy,
@@ -251,6 +335,7 @@ def collective_record(policy: str, collective: Collective, outcomes: list[PhaseO
         aggregated_classes=sum(aggregated) if aggregated else None,
         utilisation_cdf=([float(v) for v in busiest.cdf] if busiest.cdf is not None
                          else None),
+        dynamic=dynamic,
     )
 
 
@@ -391,7 +476,28 @@ def failure_summary(policy: str, workload: str, records: list[dict],
         gpu_seconds_lost_mean=(float(np.mean(_column(records, "gpu_seconds_lost")))
                                if window is not None else None),
         status=", ".join(sorted({r["status"] for r in records})),
+        dynamic=_dynamic_summary(records),
     )
+
+
+def _dynamic_summary(records: list[dict]) -> dict | None:
+    """Over the sets that ran in time (`solver.model: dynamic`): P50 / P99 / max of the
+    dynamic completion, slowdown and FCT max (sets where no flow stalled), the sets where a
+    flow stalled, and the mean bytes trimmed and timer resends per set; None otherwise."""
+    timed = [r["dynamic"] for r in records if r.get("dynamic") is not None]
+    if not timed:
+        return None
+
+    def column(name):
+        return np.asarray([np.nan if d[name] is None else d[name] for d in timed], np.float64)
+
+    return {"sets": len(timed),
+            "completion_s": distribution(column("completion_s")),
+            "slowdown": distribution(column("slowdown")),
+            "fct_max_s": distribution(column("fct_max_s")),
+            "stalled_sets": int(sum(d["stalled_flows"] > 0 for d in timed)),
+            "trimmed_bytes_mean": float(np.mean(column("trimmed_bytes"))),
+            "timeouts_mean": float(np.mean(column("timeouts")))}
 
 
 

@@ -52,6 +52,8 @@ class PolicyRecord:
     events: int | None = None            # most progressive events in one phase
     aggregated_classes: int | None = None  # all-to-all solved as this many T0-pair classes
     utilisation_cdf: list | None = None  # busiest phase: utilisation at quantiles 0..1 (101)
+    dynamic: dict | None = None          # solver.model dynamic: the dynamic level's figures
+                                         # (metrics.dynamic_figures), its own section
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -130,6 +132,8 @@ class FailureSummary:
     gpu_seconds_lost_mean: float | None
     status: str                         # flags seen in any set
     worst_set_components_total: int = 0  # how many components the worst set failed
+    dynamic: dict | None = None         # solver.model dynamic: the sets in time
+                                        # (metrics._dynamic_summary)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

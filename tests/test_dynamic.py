@@ -710,7 +710,9 @@ def test_analyze_takes_flow_figures_from_the_dynamic_level():
     report = analyze(sc)
     for record in report.records:
         out = solve_dynamic_phase(record.policy, sc, fabric, flows, stream)
-        np.testing.assert_allclose(record.fct_max_s, out.fct_s.max(), rtol=1e-5)
+        np.testing.assert_allclose(record.dynamic["fct_max_s"], out.fct_s.max(), rtol=1e-5)
+        # the static figures stay the static level's, the dynamic ones have their section
+        assert record.progressive_s is None and record.dynamic["completion_s"] > 0
 
 
 def test_the_model_option_picks_the_level(tmp_path):
@@ -735,8 +737,9 @@ def test_the_model_option_picks_the_level(tmp_path):
     assert static["config"]["solver"]["model"] == "static"
     assert dynamic["config"]["solver"]["model"] == "dynamic"
     # one flow per NIC on a full-bisection fabric: both levels agree on the flows' tail
-    np.testing.assert_allclose(dynamic["results"][0]["fct_max_s"],
+    np.testing.assert_allclose(dynamic["results"][0]["dynamic"]["fct_max_s"],
                                static["results"][0]["fct_max_s"], rtol=0.1)
+    assert static["results"][0]["dynamic"] is None
 
 
 def one_path_params(pkt, steps):

@@ -38,6 +38,7 @@ import numpy as np
 
 from fabricjax.config import Scenario
 from fabricjax.core.errors import ScenarioError
+from fabricjax.core.status import Status
 from fabricjax.core.units import format_bytes
 from fabricjax.engine.phase import PhaseOutcome, initial_slots, solve_policy_phase
 from fabricjax.engine.plan import (BYTES_PER_ENTRY, BYTES_PER_SLOT, available_memory,
@@ -48,7 +49,6 @@ from fabricjax.fabric.build import AnyFabric
 from fabricjax.policies import get
 from fabricjax.policies.base import Policy, Slots
 from fabricjax.solver.dynamic import RECORDS, DynamicParams, simulate_dynamic
-from fabricjax.solver.progressive import Progressive
 from fabricjax.workload.flows import Flows
 
 # One set of defaults for every case (calibrated on bench/fidelity, never per case).
@@ -78,9 +78,13 @@ class DynamicOutcome:
     size_bytes, trimmed_bytes (sent again), duplicated_bytes (delivered twice on a spurious
     timeout): float64[F] wire bytes. ack_stalls: int64[F] how often the flow stopped for its
     retransmission timer (quick adapt cut its window below a packet whose ACK the receiver held
-    back). max_fill: the largest queue / buffer any link reached.
-    series: float64[T, 4] (time s, largest queue fill, throughput Gbit/s, flows sending).
-    steps, dt_s, status (core.status.Status flags) and the static level's outcome."""
+    back). max_fill: the largest queue / buffer any link reached; link_fill float64[L] each
+    link's. link_util: float64[L] each link's utilisation averaged over the phase (0 on a dead
+    link). stalled: flows with bytes and no live path (never simulated: the job would hang;
+    their FCT is inf and `status` has Status.STALLED). timeouts: packets the retransmission
+    timer sent again. series: float64[T, 4] (time s, largest queue fill, throughput Gbit/s,
+    flows sending). steps, dt_s, status (core.status.Status flags) and the static level's
+    outcome."""
 
     fct_s: np.ndarray
     completion_s: float
@@ -93,6 +97,9 @@ class DynamicOutcome:
     ack_stalls: np.ndarray
     max_fill: float
     link_fill: np.ndarray
+    link_util: np.ndarray
+    stalled: int
+    timeouts: int
     series: np.ndarray
     steps: int
     dt_s: float
@@ -147,6 +154,14 @@ def flow_link_pairs(links: np.ndarray, num_links: int) -> tuple[np.ndarray, np.n
     unique, pair = np.unique(key.reshape(-1), return_inverse=True)
     return (pair.reshape(links.shape).astype(np.int32),
             (unique % (num_links + 1)).astype(np.int32))
+
+
+def padded_pairs(pair_link: np.ndarray, num_links: int) -> np.ndarray:
+    """`pair_link` padded with the sentinel to a power of two: its length is an array shape
+    of the program, and failure sets (an ECMP re-hash moves a flow's QPs) change the count
+    of distinct pairs; a padded pair carries nothing."""
+    size = 1 << max(int(pair_link.size - 1).bit_length(), 0)
+    return np.r_[pair_link, np.full(size - pair_link.size, num_links, np.int32)]
 
 
 _run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "ev_rule", "lag", "ack_lag"))
@@ -214,15 +229,16 @@ def _step_lags(scenario: Scenario, fabric: AnyFabric, flows: Flows, size: np.nda
     return (step, max(int(round(LAG_RTT / step)), 0), max(int(round(ACK_LAG_RTT / step)), 0))
 
 
-def _as_connections(sending: _Sending, fabric: AnyFabric, flow_nic: np.ndarray) -> _Sending:
+def _as_connections(sending: _Sending, link_gbps: np.ndarray, flow_nic: np.ndarray
+                    ) -> _Sending:
     """Every slot as its own connection (a QP): its own bytes, its own window bounded by 1.5
     BDP of the port it leaves by (uec.cpp's update_base_rtt: the NIC's link speed); the flow
     is done when its slowest connection is."""
     links, share, base = sending.links, sending.share, sending.base
     num_slots, hops = links.shape[1], links.shape[2]
-    num_links = fabric.num_links
+    num_links = link_gbps.shape[0]
     port_link = np.minimum(links[:, :, 0], num_links - 1)   # an empty slot carries 0
-    slot_rate = np.asarray(fabric.capacity, np.float64)[port_link] * 1e9 / 8
+    slot_rate = np.asarray(link_gbps, np.float64)[port_link] * 1e9 / 8
     used = np.minimum(slot_rate, flow_nic[:, None])[share > 0]
 
     def expand(a):
@@ -239,14 +255,15 @@ def _as_connections(sending: _Sending, fabric: AnyFabric, flow_nic: np.ndarray) 
 
 
 def _link_settings(scenario: Scenario, fabric: AnyFabric, alive_mask: np.ndarray,
-                   network_rtt: float) -> tuple[int, tuple[np.ndarray, ...]]:
+                   network_rtt: float, link_gbps: np.ndarray
+                   ) -> tuple[int, tuple[np.ndarray, ...]]:
     """(BDP in packets at the port rate, (capacity B/s, buffer, kmin, kmax, multiplexed)
     float64[L]): queues and ECN thresholds from the BDP in packets, scaled by each link's
     speed; a NIC paces its own port, so packets meet at random from the first switch on."""
     pkt = packet_bytes(scenario)
     port = scenario.fabric.port_gbps * 1e9 / 8
     bdp_pkts = math.ceil(network_rtt * port / pkt)
-    capacity = np.where(alive_mask, fabric.capacity.astype(np.float64) * 1e9 / 8, 1.0)
+    capacity = np.where(alive_mask, link_gbps.astype(np.float64) * 1e9 / 8, 1.0)
     speed = capacity / port
     host_up = fabric.layout_bounds[0]
     multiplexed = np.ones(fabric.num_links)
@@ -282,9 +299,10 @@ def _params(scenario: Scenario, stream: tuple[int, int], network_rtt: float, ste
 
 def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np.ndarray,
              capacity: np.ndarray, alive_mask: np.ndarray, params: DynamicParams,
-             static: PhaseOutcome, per_flow: int) -> DynamicOutcome:
+             static: PhaseOutcome, per_flow: int, stalled: np.ndarray) -> DynamicOutcome:
     """The simulation's device outputs as a `DynamicOutcome`; `per_flow` > 1: each flow's
-    slots ran as that many connections, so a flow ends with its slowest."""
+    slots ran as that many connections, so a flow ends with its slowest. `stalled`: bool[F]
+    the flows left out for want of a live path (inf, and Status.STALLED)."""
     finish = np.asarray(out.finish, np.float64)
     delivered = np.asarray(out.delivered, np.float64)
     trimmed = np.asarray(out.trimmed, np.float64)
@@ -301,13 +319,19 @@ def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np
         stalls = stalls.reshape(num_flows, per_flow).sum(1)
         size = size.reshape(num_flows, per_flow).sum(1)
     # FCT at the sender: its last byte acknowledged (0 extra with the transport off)
+    finish = np.where(stalled, np.inf, finish)
     fct = np.where(np.isfinite(finish),
                    finish - start +
                    transport_latency_s(scenario, flow_h, acknowledged=True), np.inf)
     dt = params.dt
     end = float(np.max(np.where(flows.size > 0, finish, 0.0), initial=0.0))
-    util = np.asarray(out.link_bytes, np.float64) / (capacity * max(end, dt))
-    p100 = float(np.max(np.where(alive_mask, util, 0.0), initial=0.0))
+    # a stalled phase has no end: the others' bytes over the time they took
+    span = float(np.max(np.where((flows.size > 0) & np.isfinite(finish), finish, 0.0),
+                        initial=0.0))
+    util = np.where(alive_mask, np.asarray(out.link_bytes, np.float64) /
+                    (capacity * max(span, dt)), 0.0)
+    p100 = float(np.max(util, initial=0.0))
+    status = int(out.status) | (int(Status.STALLED) if np.any(stalled) else 0)
     steps = int(out.steps)
     used = min(RECORDS, steps // params.stride + 1)
     series = np.asarray(out.series, np.float64)[:used]
@@ -319,18 +343,23 @@ def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np
         delivered_bytes=delivered, size_bytes=size, trimmed_bytes=trimmed,
         duplicated_bytes=duplicated, ack_stalls=stalls,
         max_fill=float(np.max(out.max_fill, initial=0.0)),
-        link_fill=np.asarray(out.max_fill, np.float64), series=series, steps=steps,
-        dt_s=dt, status=int(out.status), static=static)
+        link_fill=np.asarray(out.max_fill, np.float64), link_util=util,
+        stalled=int(np.sum(stalled)),
+        timeouts=int(round(float(duplicated.sum()) / float(params.pkt))),
+        series=series, steps=steps, dt_s=dt, status=status, static=static)
 
 
 def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
                         flows: Flows, stream: tuple[int, int], *,
-                        alive: np.ndarray | None = None, slots: Slots | None = None,
-                        max_memory: int | None = None,
+                        alive: np.ndarray | None = None, capacity: np.ndarray | None = None,
+                        slots: Slots | None = None, max_memory: int | None = None,
                         static: PhaseOutcome | None = None) -> DynamicOutcome:
     """Solve one phase under `policy` in time (see the module). `alive`: bool[L] (None:
-    every link alive). `max_memory`: bytes (None: what the machine has available).
-    `static`: the static level's outcome of the same phase and slots, if already solved."""
+    every link alive); `capacity`: float[L] Gbit/s of every link (None: the fabric's; a
+    failure set's degraded cables). `max_memory`: bytes (None: what the machine has
+    available). `static`: the static level's outcome of the same phase, slots and failure
+    set, if already solved. A flow with bytes and no live path is not simulated: it is
+    stalled (`DynamicOutcome.stalled`), and the others run to their end."""
     policy = get(policy) if isinstance(policy, str) else policy
     if slots is None:
         slots = initial_slots(policy, scenario, fabric, flows, stream)
@@ -339,12 +368,15 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
                                     slots=slots)
     num_links = fabric.num_links
     alive_mask = np.ones(num_links, bool) if alive is None else np.asarray(alive, bool)
+    link_gbps = np.asarray(fabric.capacity if capacity is None else capacity, np.float64)
     links, share, live = _split_in_time(policy, scenario, fabric, flows, slots, static,
                                         alive_mask)
     num_flows, num_slots, hops = links.shape
+    stalled = (flows.size > 0) & ~np.any(live & (share > 0), axis=1)
     size = (flows.size.astype(np.float64) * (packet_bytes(scenario) /
                                              scenario.transport.mtu_bytes) *
             np.asarray(static.split.carried, np.float64))
+    size = np.where(stalled, 0.0, size)
     flow_h = fabric.flow_hops(flows.src, flows.dst)
     network_rtt = float(base_rtt_s(scenario, int(flow_h.max(initial=1))))
     nic = np.asarray(fabric.gpu_nic_gbps, np.float64) * 1e9 / 8
@@ -360,10 +392,11 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
                        max_window=1.5 * base * nic[flows.src], conn_rate=float(np.median(nic)))
     connections = policy.feedback == "connections"
     if connections:
-        sending = _as_connections(sending, fabric, nic[flows.src])
+        sending = _as_connections(sending, link_gbps, nic[flows.src])
     bdp_pkts, (capacity, buffer, kmin, kmax, multiplexed) = _link_settings(
-        scenario, fabric, alive_mask, network_rtt)
+        scenario, fabric, alive_mask, network_rtt, link_gbps)
     pair, pair_link = flow_link_pairs(sending.links, num_links)
+    pair_link = padded_pairs(pair_link, num_links)
     params = _params(scenario, stream, network_rtt, step, sending.conn_rate, bdp_pkts,
                      static.fabric_end_s, float(sending.start.max(initial=0.0)))
     f32 = np.float32
@@ -383,7 +416,7 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:], ev_rule=ev_rule, lag=lag,
                               ack_lag=ack_lag))
     return _outcome(out, scenario, flows, flow_h, sending.size, capacity, alive_mask, params,
-                    static, num_slots if connections else 1)
+                    static, num_slots if connections else 1, stalled)
 
 
 def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, float]:
@@ -394,25 +427,16 @@ def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, 
 
 
 def with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
-                 stream: tuple[int, int], outcome: PhaseOutcome) -> PhaseOutcome:
-    """The static outcome of a phase with its flow-level figures from the dynamic level: its
-    `progressive` holds the dynamic finish times, written so that the metrics' FCT rule
-    (time on the fabric x the headers' factor + latency and the ACK back) gives the dynamic
-    FCTs. A phase solved as classes (no per-flow slots) keeps the static figures."""
+                 stream: tuple[int, int], outcome: PhaseOutcome, *,
+                 alive: np.ndarray | None = None,
+                 capacity: np.ndarray | None = None) -> PhaseOutcome:
+    """The static outcome of a phase with the dynamic level's beside it (`dynamic`), on the
+    same slots and failure set (`alive`, `capacity`). A phase solved as classes (no per-flow
+    slots) or without fabric flows has none."""
     if outcome.split is None or flows.num_flows == 0:
         return outcome
     policy = get(policy) if isinstance(policy, str) else policy
     slots = initial_slots(policy, scenario, fabric, flows, stream)
-    out = solve_dynamic_phase(policy, scenario, fabric, flows, stream, slots=slots,
-                              static=outcome)
-    hops = fabric.flow_hops(flows.src, flows.dst)
-    latency = transport_latency_s(scenario, hops, acknowledged=True)
-    # the metrics' FCT rule is the time on the fabric (wire bytes) plus the latency there and
-    # the ACK's way back: the dynamic FCT with its one-way latency taken out
-    duration = out.fct_s - latency
-    start = relative_starts(flows)
-    progressive = Progressive(finish=(start + duration).astype(np.float32),
-                              duration=duration.astype(np.float32),
-                              events=np.int32(out.steps), rounds=np.int32(0),
-                              status=np.int32(out.status))
-    return dataclasses.replace(outcome, progressive=progressive, first_step=None)
+    out = solve_dynamic_phase(policy, scenario, fabric, flows, stream, alive=alive,
+                              capacity=capacity, slots=slots, static=outcome)
+    return dataclasses.replace(outcome, dynamic=out)

@@ -323,7 +323,8 @@ class PhaseOutcome:
     flow-level simulation on the settled split (None when it did not run). classes: the
     (T0, T0) classes it was solved as (None: flow by flow). first_step: float32[F] the
     progressive durations of the phase's first step under the clock of a policy that adapts
-    over time (`first_step_durations`; None otherwise)."""
+    over time (`first_step_durations`; None otherwise). dynamic: the phase under the dynamic
+    level (`engine.dynamic.DynamicOutcome`; None when `solver.model` is static)."""
 
     result: PhaseResult
     slots: int
@@ -335,6 +336,7 @@ class PhaseOutcome:
     progressive: Progressive | None = None
     classes: int | None = None
     first_step: np.ndarray | None = None
+    dynamic: object | None = None
 
 
 # the static split over given slots: equal over the live ones, no reaction (the base policy)

@@ -14,12 +14,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from fabricjax.report.sweep import sweep_legend, sweep_notes, sweep_table_rows
-from fabricjax.report.tables import (adaptation_table, bottleneck_lines, fabric_line,
-                                     failure_header, failure_lines, failure_table, flow_table,
-                                     model_line, paths_warning, reliability_table, sensitivity_table,
-                                     sharing_table, step_lines, step_summary_table, step_table,
-                                     sweep_table, time_table, trace_lines, transient_table,
-                                     utilisation_table)
+from fabricjax.report.tables import (adaptation_table, bottleneck_lines, dynamic_table,
+                                     fabric_line, failure_header, failure_lines, failure_table,
+                                     flow_table, model_line, paths_warning, reliability_table,
+                                     sensitivity_table, sharing_table, step_lines,
+                                     step_summary_table, step_table, sweep_table, time_table,
+                                     trace_lines, transient_table, utilisation_table)
 from fabricjax.results import Report
 
 
@@ -42,7 +42,8 @@ def print_report(console: Console, report: Report) -> None:
         console.print(escape(model), highlight=False)
     console.print(utilisation_table(report))
     console.print(time_table(report))
-    for table in (flow_table(report), sharing_table(report), adaptation_table(report)):
+    for table in (flow_table(report), dynamic_table(report), sharing_table(report),
+                  adaptation_table(report)):
         if table is not None:
             console.print(table)
     _lines(console, trace_lines(report))

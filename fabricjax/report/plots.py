@@ -39,7 +39,8 @@ _OTHER_LINE = (0, (3, 1, 1, 1))
 _WORKLOAD_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"))
 
 FILE_NAMES = {"utilisation_cdf": "utilisation_cdf.png", "completion": "completion.png",
-              "mrc_trace": "mrc_trace.png", "sharing": "sharing.png"}
+              "mrc_trace": "mrc_trace.png", "sharing": "sharing.png",
+              "dynamic_series": "dynamic_series.png"}
 SWEEP_METRICS = ("p100_utilisation", "completion_s", "busbw_gbps", "slowdown",
                  "fabric_slowdown", "failures_p100_p99", "failures_slowdown_p99")
 METRIC_LABELS = {
@@ -459,6 +460,41 @@ def plot_mrc_trace(report, path: str | Path | None = None) -> Any:
     return _finish(fig, path)
 
 
+def plot_dynamic_series(report, path: str | Path | None = None) -> Any:
+    """The dynamic level in time (`solver.model: dynamic`): per workload item, the throughput
+    delivered (Gbit/s, top) and the fullest queue (queue / buffer, bottom) over the busiest
+    phase, one line per policy; a failure that strikes during the phase shows as the stall and
+    the recovery. None (nothing written) when no record ran in time."""
+    timed = [r for r in report.records if r.dynamic is not None and r.dynamic.get("series")]
+    if not timed:
+        return None
+    workloads = _workloads(timed)
+    fig, axes = _new_figure(2, len(workloads))
+    for col, workload in enumerate(workloads):
+        rows = [r for r in timed if r.workload == workload]
+        scale, unit = time_unit(row[0] for r in rows for row in r.dynamic["series"])
+        for record in _ordered_records(rows):
+            series = np.asarray(record.dynamic["series"], float)
+            colour, style = policy_colour(record.policy), policy_line(record.policy)
+            axes[0, col].plot(series[:, 0] * scale, series[:, 2], color=colour, ls=style,
+                              lw=1.6, label=record.policy)
+            axes[1, col].plot(series[:, 0] * scale, series[:, 1], color=colour, ls=style,
+                              lw=1.6, label=record.policy)
+        axes[0, col].set_title(_workload_title(report, workload), fontsize=10)
+        axes[0, col].set_ylabel("throughput delivered (Gbit/s)")
+        axes[1, col].set_ylabel("fullest queue (queue / buffer)")
+        axes[1, col].set_xlabel(f"time in the busiest phase ({unit})")
+        axes[1, col].set_ylim(-0.02, 1.05)
+        axes[0, col].legend(loc="best", fontsize=8, framealpha=0.9)
+    _suptitle(fig, report, "dynamic level over time")
+    return _finish(fig, path)
+
+
+def _ordered_records(records: Sequence) -> list:
+    order = _ordered_policies(r.policy for r in records)
+    return sorted(records, key=lambda r: order.index(r.policy))
+
+
 def plot_sharing(report, path: str | Path | None = None) -> Any:
     """Jobs sharing the fabric: one panel per job (one time scale when the jobs' times are
     within 4x of each other, `share_y`, else each its own), a pair of
@@ -664,7 +700,7 @@ def _sweep_parts(sweep: Any) -> tuple[list[dict], list[str]]:
 def write_plots(report, directory: str | Path, *, sweep: Any = None) -> list[Path]:
     """Write every figure that applies into `directory` (created if needed) and return their
     paths: utilisation_cdf.png, completion.png, mrc_trace.png (mrc records with a trace),
-    sharing.png (two or more jobs) from `report` (may be None with a sweep), and
+    sharing.png (two or more jobs), dynamic_series.png (solver.model: dynamic) from `report` (may be None with a sweep), and
     sweep_<metric>.png for each of SWEEP_METRICS that some row of `sweep` (a SweepResult or
     (rows, axes)) has a value for, when it sweeps at least one axis."""
     folder = Path(directory)
@@ -675,6 +711,7 @@ def write_plots(report, directory: str | Path, *, sweep: Any = None) -> list[Pat
         written.append(plot_completion(report, folder / FILE_NAMES["completion"]))
         written.append(plot_mrc_trace(report, folder / FILE_NAMES["mrc_trace"]))
         written.append(plot_sharing(report, folder / FILE_NAMES["sharing"]))
+        written.append(plot_dynamic_series(report, folder / FILE_NAMES["dynamic_series"]))
     if sweep is not None:
         rows, axes = _sweep_parts(sweep)
         title = report.scenario if report is not None else None

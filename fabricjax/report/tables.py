@@ -208,6 +208,42 @@ def flow_table(report: Report) -> FitTable | None:
     return table
 
 
+def dynamic_table(report: Report) -> FitTable | None:
+    """The dynamic level's own figures (`solver.model: dynamic`), one row per record that ran
+    in time: its completion beside the static level's, busbw, FCTs, the busiest phase's
+    time-averaged P100 beside its static P100, the largest queue fill, the bytes trimmed and
+    sent again, the timer's resends and ACK stalls, and the steps it took."""
+    rows = [r for r in report.records if r.dynamic is not None]
+    if not rows:
+        return None
+    notes = ["completion: every phase at the dynamic level's end at the receivers, with the "
+             "static completion's latencies and step costs; P100: the busiest link's "
+             "utilisation averaged over the phase (static: the settled rates')"]
+    if any(r.dynamic["stalled_flows"] for r in rows):
+        notes.append("stalled: a flow has no live path (the job would hang); the other flows "
+                     "ran to their end")
+    table = _table("Dynamic level (time-stepped fluid with NSCC windows, queues and trims)",
+                   [("policy", True), ("workload", True), ("completion", False),
+                    ("static", False), ("busbw", False), ("FCT P50", False),
+                    ("FCT P99", False), ("FCT max", False), ("P100 avg / static", False),
+                    ("queue max", False), ("trimmed", False), ("timeouts", False),
+                    ("ACK stalls", False), ("steps", False)], "\n".join(notes))
+    for r in rows:
+        d = r.dynamic
+
+        def secs(value):
+            return "stalled" if value is None and d["stalled_flows"] else (
+                "—" if value is None else format_seconds(value))
+
+        table.add_row(r.policy, r.workload, secs(d["completion_s"]),
+                      secs(d["static_completion_s"]), _opt(d["busbw_gbps"], ".1f"),
+                      secs(d["fct_p50_s"]), secs(d["fct_p99_s"]), secs(d["fct_max_s"]),
+                      f"{_u(d['p100_time_avg'])} / {_u(d['p100_static'])}",
+                      f"{d['queue_fill_max']:.2f}", format_bytes(d["trimmed_bytes"]),
+                      f"{d['timeouts']:,}", f"{d['ack_stalls']:,}", f"{d['steps']:,}")
+    return table
+
+
 def step_table(report: Report) -> FitTable | None:
     """Training steps (and traces): each policy's communication split by parallel dimension."""
     if not report.steps:
@@ -421,16 +457,29 @@ def failure_table(report: Report) -> FitTable:
              "max over sets)" if n > 1 else
              "Steady state in the one failure set, after each policy reacts")
     marked = any(_lost_plane(s.status) for s in report.failures.summaries)
+    timed = any(s.dynamic is not None for s in report.failures.summaries)
+    notes = [LOST_PLANE_NOTE] if marked else []
+    if timed:
+        notes.append("dynamic: the same sets in time (solver.model: dynamic), from the policy's "
+                     "initial slots on the split it settles to; trimmed: wire bytes sent again, "
+                     "mean per set")
     table = _table(title, [("policy", True), ("workload", True), ("P100 util", False),
                            ("completion", False), ("slowdown", False),
-                           ("fabric slowdown", False),
-                           ("stalled sets" if n > 1 else "stalled", True)],
-                   LOST_PLANE_NOTE if marked else None)
+                           ("fabric slowdown", False)] +
+                   ([("dynamic completion", False), ("dynamic slowdown", False),
+                     ("trimmed", False)] if timed else []) +
+                   [("stalled sets" if n > 1 else "stalled", True)],
+                   "\n".join(notes) or None)
     for s in report.failures.summaries:
         cells = [" / ".join(_dist(dist, k, fmt) for k in keys)
                  for dist, fmt in ((s.p100_utilisation, _u), (s.completion_s, format_seconds),
                                    (s.slowdown, _times), (s.fabric_slowdown, _times))]
         cells[0] = _marked(cells[0], s.status)
+        if timed:
+            d = s.dynamic or {}
+            cells += [" / ".join(_dist(d.get(name), k, fmt) for k in keys)
+                      for name, fmt in (("completion_s", format_seconds), ("slowdown", _times))]
+            cells.append(format_bytes(d["trimmed_bytes_mean"]) if d else "—")
         stalled = (f"{s.stalled_sets:,}" + (" (job stalls)" if s.stalled_sets else "")
                    if n > 1 else ("yes (job stalls)" if s.stalled_sets else "no"))
         table.add_row(s.policy, s.workload, *cells, stalled)

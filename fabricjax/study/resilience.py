@@ -20,6 +20,7 @@ checkpoint. A bound (optimal) has no transient. GPU-seconds lost = stall x the j
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -27,11 +28,14 @@ import numpy as np
 
 from fabricjax.config import FailuresConfig, Scenario
 from fabricjax.core.stream import StreamError
-from fabricjax.engine.batch import null_set_outcome, prepare_failure_phase, solve_set_range
-from fabricjax.engine.phase import slot_links_host
+from fabricjax.engine.batch import (failure_mask, null_set_outcome, prepare_failure_phase,
+                                    solve_set_range)
+from fabricjax.engine.dynamic import with_dynamic
+from fabricjax.engine.phase import slot_links_host, solve_policy_phase
 from fabricjax.fabric.build import AnyFabric
-from fabricjax.fabric.failures import kind_counts, sample_failures
-from fabricjax.metrics import collective_references, failure_summary, set_records
+from fabricjax.fabric.failures import FailureBatch, kind_counts, sample_failures
+from fabricjax.metrics import (collective_references, dynamic_figures, failure_summary,
+                               set_records)
 from fabricjax.policies import get
 from fabricjax.results import FailureStudy, ReliabilityRow
 from fabricjax.workload.flows import Collective
@@ -102,6 +106,14 @@ def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Colle
                                                    start, stop, advance))
                 new = set_records(policy, collective, results, outcomes, fabric, scenario, batch,
                                   line_rate, endpoint, window, first=start)
+                if scenario.solver.model == "dynamic":
+                    for b, record in enumerate(new, start):
+                        if progress is not None:
+                            progress(f"{policy}: {collective.name}, failure set {b + 1:,} "
+                                     "in time", finished, total)
+                        record["dynamic"] = dynamic_set_figures(
+                            policy, scenario, fabric, collective, outcomes, batch, b,
+                            line_rate, endpoint)
                 if on_records is not None:
                     on_records(new)
                 ours.extend(new)
@@ -113,6 +125,41 @@ def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Colle
                         seed=scenario.seed if cfg.seed is None else cfg.seed,
                         components_per_set=kind_counts(batch, fabric), records=records,
                         summaries=summaries)
+
+
+def set_fabric(fabric: AnyFabric, batch: FailureBatch, b: int) -> tuple[np.ndarray, AnyFabric]:
+    """(alive bool[L], the fabric with set b's degraded cables at their capacity): failure
+    set b of `batch` on the host, from the mask the batched solve applies on the device."""
+    alive, capacity = failure_mask(fabric.link_src, fabric.link_dst, fabric.capacity,
+                                   batch.dead_links[b], batch.dead_nodes[b],
+                                   batch.degraded_links[b], batch.degraded_factor[b],
+                                   num_nodes=fabric.num_nodes)
+    capacity = np.asarray(capacity, np.float32)
+    return np.asarray(alive, bool), dataclasses.replace(fabric, capacity=capacity)
+
+
+def dynamic_set_figures(policy: str, scenario: Scenario, fabric: AnyFabric,
+                        collective: Collective, outcomes: list, batch: FailureBatch, b: int,
+                        line_rate: float, endpoint: float) -> dict | None:
+    """Failure set b under the dynamic level (`solver.model: dynamic`): every phase solved
+    static on the set's fabric (the policy's steady state after it reacts: ECMP re-hashed,
+    spraying over its live EVs, mrc's fixed point), then in time on that split from the
+    policy's initial slots (`engine.dynamic.with_dynamic`), and the collective's figures
+    (`metrics.dynamic_figures`, without the time series): its completion, FCT quantiles,
+    bytes trimmed and sent again. One compiled program per phase shape serves every set."""
+    alive, degraded = set_fabric(fabric, batch, b)
+    solved = []
+    for index, (phase, base) in enumerate(zip(collective.phases, outcomes)):
+        if phase.flows.num_flows == 0 or base.split is None:
+            solved.append(base)
+            continue
+        stream = (collective.stream, index)
+        static = solve_policy_phase(policy, scenario, degraded, phase.flows, stream,
+                                    alive=alive)
+        solved.append(with_dynamic(policy, scenario, degraded, phase.flows, stream, static,
+                                   alive=alive, capacity=degraded.capacity))
+    return dynamic_figures(collective, solved, scenario, degraded, line_rate, endpoint,
+                           series=False)
 
 
 # --------------------------------------------------------------------------- reliability
