@@ -533,6 +533,12 @@ class FailuresConfig(Strict):
         "MRC retires an EV at its first lost packet: its reaction time in microseconds."))
     restart_s: float = Field(600.0, ge=0.0, le=1e7, description=(
         "A crashed job's restart from its last checkpoint, plus recomputed work, in seconds."))
+    at_s: float | None = Field(None, ge=0.0, le=1e6, description=(
+        "Seconds into each workload item's first step at which every failure set strikes "
+        "(needs solver.model: dynamic): each policy then reacts in time, ECMP and oblivious "
+        "spraying after reconvergence_s, mrc after mrc_reaction_us; the later steps run on "
+        "the set's steady state. Default: the set is there from the start, after the "
+        "policies reacted."))
     chunk: int | None = Field(None, ge=1, le=1_000_000, description=(
         "Failure sets per device call (default: 16 on a CPU, sized to an accelerator's "
         "memory); never changes a result."))

@@ -151,7 +151,7 @@ def dynamic_figures(collective: Collective, outcomes: list[PhaseOutcome],
     if not runs:
         return None
     total, status, steps, stalled = 0.0, 0, 0, 0
-    trimmed = duplicated = timeouts = stalls = 0.0
+    trimmed = duplicated = timeouts = stalls = blackholed = stall_s = 0.0
     fcts, weights = [], []
     for phase, outcome in zip(collective.phases, outcomes):
         run = outcome.dynamic
@@ -170,8 +170,15 @@ def dynamic_figures(collective: Collective, outcomes: list[PhaseOutcome],
         duplicated += float(run.duplicated_bytes.sum()) * phase.repeat
         timeouts += run.timeouts * phase.repeat
         stalls += float(run.ack_stalls.sum()) * phase.repeat
+        if run.blackholed_bytes is not None:
+            blackholed += float(run.blackholed_bytes.sum()) * phase.repeat
+        stall_s = max(stall_s, run.stall_s)
     finished = stalled == 0 and not status & int(Status.EVENT_LIMIT)
-    busiest_phase, busiest_outcome, busiest = max(runs, key=lambda r: r[2].p100_time_avg)
+    # the busiest phase's figures; a failure during the phase: that phase's (the series shows
+    # the stall and the recovery)
+    busiest_phase, busiest_outcome, busiest = max(
+        runs, key=lambda r: (r[2].blackholed_bytes is not None and
+                             bool(r[2].blackholed_bytes.sum() > 0), r[2].p100_time_avg))
     tiers = {name: float(np.max(busiest.link_util[lo:hi], initial=0.0))
              for name, (lo, hi) in zip(fabric.tier_names, fabric.tier_bounds)}
     carried = busiest.link_util > 0
@@ -196,6 +203,8 @@ def dynamic_figures(collective: Collective, outcomes: list[PhaseOutcome],
         "duplicated_bytes": duplicated,
         "timeouts": int(timeouts),
         "ack_stalls": int(stalls),
+        "blackholed_bytes": blackholed,
+        "stall_s": stall_s,
         "stalled_flows": stalled,
         "steps": steps,
         "dt_s": busiest.dt_s,
@@ -496,6 +505,8 @@ def _dynamic_summary(records: list[dict]) -> dict | None:
             "slowdown": distribution(column("slowdown")),
             "fct_max_s": distribution(column("fct_max_s")),
             "stalled_sets": int(sum(d["stalled_flows"] > 0 for d in timed)),
+            "stall_s_max": float(max(d.get("stall_s", 0.0) for d in timed)),
+            "crashed_sets": int(sum(bool(d.get("crash")) for d in timed)),
             "trimmed_bytes_mean": float(np.mean(column("trimmed_bytes"))),
             "timeouts_mean": float(np.mean(column("timeouts")))}
 

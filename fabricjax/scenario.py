@@ -80,6 +80,16 @@ def check_sections(scenario: Scenario) -> Scenario:
     return scenario
 
 
+def check_timed_failures(scenario: Scenario) -> None:
+    """A failure that strikes during a phase (`failures.at_s`) is seen only by the level that
+    has time in it."""
+    failures = scenario.failures
+    if failures is not None and failures.at_s is not None and \
+            scenario.solver.model != "dynamic":
+        raise ScenarioError("failures.at_s", "a failure during the phase needs "
+                            "solver.model: dynamic (allowed with static: leave at_s out)")
+
+
 def check_workload(scenario: Scenario) -> None:
     """What a schema cannot say about the workload items and jobs (ScenarioError on the
     first problem): GPUs exist and suffice, placements match their `gpus`, jobs fit on the
@@ -365,6 +375,7 @@ def parse_scenario(data: Any, *, default_name: str = "scenario", base_dir: Path 
     check_fabric(scenario.fabric)
     check_workload(scenario)
     check_sections(scenario)
+    check_timed_failures(scenario)
     if scenario.failures is not None:
         check_failures(scenario)
     return scenario

@@ -48,7 +48,7 @@ from fabricjax.engine.timing import (base_rtt_s, packet_bytes, relative_starts,
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.policies import get
 from fabricjax.policies.base import Policy, Slots
-from fabricjax.solver.dynamic import RECORDS, DynamicParams, simulate_dynamic
+from fabricjax.solver.dynamic import RECORDS, DynamicParams, Strike, simulate_dynamic
 from fabricjax.workload.flows import Flows
 
 # One set of defaults for every case (calibrated on bench/fidelity, never per case).
@@ -80,9 +80,12 @@ class DynamicOutcome:
     retransmission timer (quick adapt cut its window below a packet whose ACK the receiver held
     back). max_fill: the largest queue / buffer any link reached; link_fill float64[L] each
     link's. link_util: float64[L] each link's utilisation averaged over the phase (0 on a dead
-    link). stalled: flows with bytes and no live path (never simulated: the job would hang;
-    their FCT is inf and `status` has Status.STALLED). timeouts: packets the retransmission
-    timer sent again. series: float64[T, 4] (time s, largest queue fill, throughput Gbit/s,
+    link). stalled: flows with bytes and no live path (never simulated, or, under a failure
+    that strikes during the phase, none after the policy reacts: the job would hang; their
+    FCT is inf and `status` has Status.STALLED). timeouts: packets the retransmission timer
+    sent again (black-holed ones included). blackholed_bytes: float64[F] wire bytes lost on
+    links a failure killed during the phase (sent again). stall_s: the longest a flow sent
+    only onto dead paths (the policy's reaction window; 0 without a strike). series: float64[T, 4] (time s, largest queue fill, throughput Gbit/s,
     flows sending). steps, dt_s, status (core.status.Status flags) and the static level's
     outcome."""
 
@@ -105,6 +108,21 @@ class DynamicOutcome:
     dt_s: float
     status: int
     static: object
+    blackholed_bytes: np.ndarray | None = None
+    stall_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedFailure:
+    """A failure set that strikes `at_s` seconds into the phase (host numpy): the links it
+    leaves alive, bool[L], and their capacity, float[L] Gbit/s (degraded cables), and how long
+    the policy takes to react, `window_s` (`Policy.reaction_window_s`: routing's
+    reconvergence for ECMP and oblivious spraying, mrc's first loss; 0 for a bound)."""
+
+    at_s: float
+    alive: np.ndarray
+    capacity: np.ndarray
+    window_s: float
 
 
 def step_share(shortest_life_s: float, network_rtt: float) -> float:
@@ -274,8 +292,8 @@ def _link_settings(scenario: Scenario, fabric: AnyFabric, alive_mask: np.ndarray
 
 
 def _params(scenario: Scenario, stream: tuple[int, int], network_rtt: float, step: float,
-            conn_rate: float, bdp_pkts: int, static_s: float, last_start: float
-            ) -> DynamicParams:
+            conn_rate: float, bdp_pkts: int, static_s: float, last_start: float,
+            react_s: float = 0.0) -> DynamicParams:
     """The simulation's settings: NSCC's constants (solver.dynamic) scaled by the network BDP
     at the connection's rate, the step, the retransmission timeout and the step bound."""
     pkt = packet_bytes(scenario)
@@ -285,8 +303,11 @@ def _params(scenario: Scenario, stream: tuple[int, int], network_rtt: float, ste
     target = 0.75 * network_rtt
     scale_b = target / 12e-6
     dt = network_rtt * step
-    horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + last_start
-    max_steps = int(min(math.ceil(horizon / dt), 2**24))
+    horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + last_start + react_s
+    # a failure's reaction (seconds of routing) is jumped over where nothing moves (2^30
+    # steps of float32 time stay within a step of their clock only below 2^24: past it the
+    # bound only stops a run that never ends)
+    max_steps = int(min(math.ceil(horizon / dt), 2**24 if react_s == 0.0 else 2**30))
     return DynamicParams(
         dt=dt, pkt=float(pkt), mtu=float(pkt), target=target, network_rtt=network_rtt,
         alpha=4.0 * mss * scale_a * scale_b / target, fi=5.0 * mss * scale_a,
@@ -299,7 +320,8 @@ def _params(scenario: Scenario, stream: tuple[int, int], network_rtt: float, ste
 
 def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np.ndarray,
              capacity: np.ndarray, alive_mask: np.ndarray, params: DynamicParams,
-             static: PhaseOutcome, per_flow: int, stalled: np.ndarray) -> DynamicOutcome:
+             static: PhaseOutcome, per_flow: int, stalled: np.ndarray, edges: np.ndarray,
+             stall_s: float = 0.0, doomed: np.ndarray | None = None) -> DynamicOutcome:
     """The simulation's device outputs as a `DynamicOutcome`; `per_flow` > 1: each flow's
     slots ran as that many connections, so a flow ends with its slowest. `stalled`: bool[F]
     the flows left out for want of a live path (inf, and Status.STALLED)."""
@@ -308,6 +330,7 @@ def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np
     trimmed = np.asarray(out.trimmed, np.float64)
     duplicated = np.asarray(out.duplicated, np.float64)
     stalls = np.asarray(out.stalls, np.int64)
+    black = np.asarray(out.blackholed, np.float64)
     start = relative_starts(flows)
     if per_flow > 1:
         num_flows = flows.num_flows
@@ -317,8 +340,11 @@ def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np
         trimmed = trimmed.reshape(num_flows, per_flow).sum(1)
         duplicated = duplicated.reshape(num_flows, per_flow).sum(1)
         stalls = stalls.reshape(num_flows, per_flow).sum(1)
+        black = black.reshape(num_flows, per_flow).sum(1)
         size = size.reshape(num_flows, per_flow).sum(1)
     # FCT at the sender: its last byte acknowledged (0 extra with the transport off)
+    if doomed is not None:      # no live path once the policy reacted, and unfinished then
+        stalled = stalled | (doomed & ~np.isfinite(finish))
     finish = np.where(stalled, np.inf, finish)
     fct = np.where(np.isfinite(finish),
                    finish - start +
@@ -333,10 +359,12 @@ def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np
     p100 = float(np.max(util, initial=0.0))
     status = int(out.status) | (int(Status.STALLED) if np.any(stalled) else 0)
     steps = int(out.steps)
-    used = min(RECORDS, steps // params.stride + 1)
+    # the record intervals the run reached; the throughput is each one's bytes over its span
+    used = int(min(RECORDS, np.searchsorted(edges, steps - 1, side="right")))
     series = np.asarray(out.series, np.float64)[:used]
-    times = (np.arange(used) + 1) * params.stride * dt
-    series = np.column_stack([times, series[:, 0], series[:, 1] * 8e-9, series[:, 2]])
+    span_s = np.diff(edges[:used + 1].astype(np.float64)) * dt
+    series = np.column_stack([edges[1:used + 1] * dt, series[:, 0],
+                              series[:, 1] * 8e-9 / np.maximum(span_s, 1e-30), series[:, 2]])
     return DynamicOutcome(
         fct_s=fct, completion_s=end, p100_time_avg=p100,
         p100_static=float(static.result.stats[0, 2]),
@@ -345,21 +373,98 @@ def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np
         max_fill=float(np.max(out.max_fill, initial=0.0)),
         link_fill=np.asarray(out.max_fill, np.float64), link_util=util,
         stalled=int(np.sum(stalled)),
-        timeouts=int(round(float(duplicated.sum()) / float(params.pkt))),
-        series=series, steps=steps, dt_s=dt, status=status, static=static)
+        timeouts=int(round(float(duplicated.sum() + black.sum()) / float(params.pkt))),
+        series=series, steps=steps, dt_s=dt, status=status, static=static,
+        blackholed_bytes=black, stall_s=stall_s)
+
+
+def record_edges(max_steps: int, stride: int, geometric: bool) -> np.ndarray:
+    """int64[RECORDS + 1]: the first step of each time-series interval. Every `stride` steps;
+    `geometric` (a failure during the phase: microseconds of reaction and seconds of routing
+    in one run) spaced evenly in log(1 + step) up to `max_steps`, one step at least apart."""
+    if not geometric:
+        return np.arange(RECORDS + 1, dtype=np.int64) * stride
+    edges = np.floor(np.expm1(np.linspace(0.0, np.log1p(max_steps), RECORDS + 1)))
+    edges = edges.astype(np.int64) + np.arange(RECORDS + 1)    # strictly increasing
+    return np.minimum(edges, 2**31 - 1)
+
+
+class _StrikeInputs(NamedTuple):
+    """The host's side of `solver.dynamic.Strike`, and what the outcome needs of it."""
+
+    strike: Strike
+    pair_link: np.ndarray
+    doomed_flow: np.ndarray
+    stall_s: float
+    react_s: float
+
+
+def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
+                   stream: tuple[int, int], slots: Slots, failure: TimedFailure,
+                   flow_level: _Sending, before: _Sending, flow_nic: np.ndarray,
+                   network_rtt: float, dt: float, pair_link: np.ndarray) -> _StrikeInputs:
+    """The failure set `failure` striking during the phase, as the solver takes it: the split
+    the policy settles on after it (the static level's reaction on the set's fabric: ECMP's
+    QPs re-hashed, spraying's dead EVs dropped, mrc's retired), from `window_s` after the
+    strike; the flows with no live path after it; and the longest a flow sends only onto
+    dead paths until then (its stall). `flow_level`: the senders before the failure, one a
+    flow; `before`: as the solver runs them (each QP its own under ECMP)."""
+    num_links = fabric.num_links
+    after_fabric = dataclasses.replace(fabric, capacity=np.asarray(failure.capacity,
+                                                                   np.float32))
+    static_after = solve_policy_phase(policy, scenario, after_fabric, flows, stream,
+                                      alive=failure.alive, slots=slots)
+    links, share, live = _split_in_time(policy, scenario, fabric, flows, slots, static_after,
+                                        failure.alive)
+    after = flow_level._replace(links=links, share=share, live=live)
+    connections = policy.feedback == "connections"
+    if connections:
+        after = _as_connections(after, np.asarray(failure.capacity, np.float64), flow_nic)
+    alive_ext = np.r_[failure.alive, True]
+    path_after = np.all(alive_ext[after.links], axis=-1)
+    doomed = (before.size > 0) & ~np.any(path_after & (after.share > 0), axis=1)
+    # a sender whose every used slot died sends into the void until the policy reacts
+    path_before = np.all(alive_ext[before.links], axis=-1)
+    blind = (before.size > 0) & ~np.any(path_before & (before.share > 0), axis=1)
+    per_flow = before.size.shape[0] // flows.num_flows
+    doomed_flow = doomed.reshape(flows.num_flows, per_flow).any(1)
+    pair_after, pair_link_after = flow_link_pairs(after.links, num_links)
+    _, (capacity, buffer, kmin, kmax, _) = _link_settings(
+        scenario, fabric, np.ones(num_links, bool), network_rtt,
+        np.asarray(failure.capacity, np.float64))
+    f32 = np.float32
+    strike_step = int(round(failure.at_s / dt))
+    react_step = strike_step + int(math.ceil(failure.window_s / dt))
+    strike = Strike(
+        step=np.int32(strike_step), react=np.int32(react_step), dead=~alive_ext,
+        capacity=np.r_[capacity, np.inf].astype(f32), buffer=np.r_[buffer, np.inf].astype(f32),
+        kmin=np.r_[kmin, 1e30].astype(f32), kmax=np.r_[kmax, 2e30].astype(f32),
+        links_after=after.links.astype(np.int32),
+        pair_after=(pair_after + pair_link.size).astype(np.int32),
+        share_after=after.share.astype(f32), live_after=after.live.astype(bool),
+        doomed=doomed)
+    return _StrikeInputs(strike=strike,
+                         pair_link=np.r_[pair_link, pair_link_after].astype(np.int32),
+                         doomed_flow=doomed_flow,
+                         stall_s=failure.window_s if np.any(blind) else 0.0,
+                         react_s=react_step * dt)
 
 
 def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
                         flows: Flows, stream: tuple[int, int], *,
                         alive: np.ndarray | None = None, capacity: np.ndarray | None = None,
                         slots: Slots | None = None, max_memory: int | None = None,
-                        static: PhaseOutcome | None = None) -> DynamicOutcome:
+                        static: PhaseOutcome | None = None,
+                        failure: TimedFailure | None = None) -> DynamicOutcome:
     """Solve one phase under `policy` in time (see the module). `alive`: bool[L] (None:
     every link alive); `capacity`: float[L] Gbit/s of every link (None: the fabric's; a
     failure set's degraded cables). `max_memory`: bytes (None: what the machine has
     available). `static`: the static level's outcome of the same phase, slots and failure
     set, if already solved. A flow with bytes and no live path is not simulated: it is
-    stalled (`DynamicOutcome.stalled`), and the others run to their end."""
+    stalled (`DynamicOutcome.stalled`), and the others run to their end. `failure`: a
+    failure set that strikes during the phase (`TimedFailure`; `alive` and `capacity` are
+    then the fabric before it): the run goes on through the policy's reaction in time
+    (`solver.dynamic.Strike`)."""
     policy = get(policy) if isinstance(policy, str) else policy
     if slots is None:
         slots = initial_slots(policy, scenario, fabric, flows, stream)
@@ -391,14 +496,24 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
                        start=relative_starts(flows), src=flows.src, base=base,
                        max_window=1.5 * base * nic[flows.src], conn_rate=float(np.median(nic)))
     connections = policy.feedback == "connections"
+    flow_level = sending
     if connections:
         sending = _as_connections(sending, link_gbps, nic[flows.src])
     bdp_pkts, (capacity, buffer, kmin, kmax, multiplexed) = _link_settings(
         scenario, fabric, alive_mask, network_rtt, link_gbps)
     pair, pair_link = flow_link_pairs(sending.links, num_links)
+    timed = None
+    if failure is not None:
+        dt = network_rtt * step
+        timed = _strike_inputs(policy, scenario, fabric, flows, stream, slots, failure,
+                               flow_level, sending, nic[flows.src], network_rtt, dt,
+                               pair_link)
+        pair_link = timed.pair_link
     pair_link = padded_pairs(pair_link, num_links)
     params = _params(scenario, stream, network_rtt, step, sending.conn_rate, bdp_pkts,
-                     static.fabric_end_s, float(sending.start.max(initial=0.0)))
+                     static.fabric_end_s, float(sending.start.max(initial=0.0)),
+                     0.0 if timed is None else timed.react_s)
+    edges = record_edges(params.max_steps, params.stride, timed is not None)
     f32 = np.float32
 
     def ext(a, fill):       # the sentinel's value
@@ -413,10 +528,14 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
         DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
                         for name, v in zip(DynamicParams._fields, params)))))
     ev_rule = MRC_EV_RULE if policy.feedback == "recycle" else "fixed"
-    out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:], ev_rule=ev_rule, lag=lag,
+    out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:],
+                              None if timed is None else jax.device_put(timed.strike),
+                              edges.astype(np.int32), ev_rule=ev_rule, lag=lag,
                               ack_lag=ack_lag))
     return _outcome(out, scenario, flows, flow_h, sending.size, capacity, alive_mask, params,
-                    static, num_slots if connections else 1, stalled)
+                    static, num_slots if connections else 1, stalled, edges,
+                    stall_s=0.0 if timed is None else timed.stall_s,
+                    doomed=None if timed is None else timed.doomed_flow)
 
 
 def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, float]:
@@ -428,15 +547,16 @@ def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, 
 
 def with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
                  stream: tuple[int, int], outcome: PhaseOutcome, *,
-                 alive: np.ndarray | None = None,
-                 capacity: np.ndarray | None = None) -> PhaseOutcome:
+                 alive: np.ndarray | None = None, capacity: np.ndarray | None = None,
+                 failure: TimedFailure | None = None) -> PhaseOutcome:
     """The static outcome of a phase with the dynamic level's beside it (`dynamic`), on the
-    same slots and failure set (`alive`, `capacity`). A phase solved as classes (no per-flow
-    slots) or without fabric flows has none."""
+    same slots and failure set (`alive`, `capacity`), or with `failure` striking during it.
+    A phase solved as classes (no per-flow slots) or without fabric flows has none."""
     if outcome.split is None or flows.num_flows == 0:
         return outcome
     policy = get(policy) if isinstance(policy, str) else policy
     slots = initial_slots(policy, scenario, fabric, flows, stream)
     out = solve_dynamic_phase(policy, scenario, fabric, flows, stream, alive=alive,
-                              capacity=capacity, slots=slots, static=outcome)
+                              capacity=capacity, slots=slots, static=outcome,
+                              failure=failure)
     return dataclasses.replace(outcome, dynamic=out)

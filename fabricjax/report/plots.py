@@ -460,39 +460,59 @@ def plot_mrc_trace(report, path: str | Path | None = None) -> Any:
     return _finish(fig, path)
 
 
+def dynamic_series_rows(report) -> tuple[list[tuple[str, str, list]], str]:
+    """(policy, workload, series) per record that ran in time, and what they show: with a
+    failure that strikes during the phase (`failures.at_s`), failure set 0's first step,
+    else the busiest phase of the no-failure analysis."""
+    failures = getattr(report, "failures", None)
+    at_s = ((report.config or {}).get("failures") or {}).get("at_s")
+    if failures is not None and at_s is not None:
+        rows = [(r["policy"], r["workload"], r["dynamic"]["series"]) for r in failures.records
+                if r["failure_set"] == 0 and (r.get("dynamic") or {}).get("series")]
+        if rows:
+            return rows, f"failure set 0 strikes {at_s * 1e6:g} µs into the first step"
+    return ([(r.policy, r.workload, r.dynamic["series"]) for r in report.records
+             if r.dynamic is not None and r.dynamic.get("series")], "busiest phase")
+
+
 def plot_dynamic_series(report, path: str | Path | None = None) -> Any:
     """The dynamic level in time (`solver.model: dynamic`): per workload item, the throughput
-    delivered (Gbit/s, top) and the fullest queue (queue / buffer, bottom) over the busiest
-    phase, one line per policy; a failure that strikes during the phase shows as the stall and
-    the recovery. None (nothing written) when no record ran in time."""
-    timed = [r for r in report.records if r.dynamic is not None and r.dynamic.get("series")]
-    if not timed:
+    delivered (Gbit/s, top) and the fullest queue (queue / buffer, bottom), one line per
+    policy (`dynamic_series_rows`: a failure that strikes during the phase shows its stall and
+    each policy's recovery, on a log time axis when it spans microseconds to seconds). None
+    (nothing written) when no record ran in time."""
+    rows, what = dynamic_series_rows(report)
+    if not rows:
         return None
-    workloads = _workloads(timed)
+    workloads = list(dict.fromkeys(w for _, w, _ in rows))
+    order = _ordered_policies(p for p, _, _ in rows)
     fig, axes = _new_figure(2, len(workloads))
     for col, workload in enumerate(workloads):
-        rows = [r for r in timed if r.workload == workload]
-        scale, unit = time_unit(row[0] for r in rows for row in r.dynamic["series"])
-        for record in _ordered_records(rows):
-            series = np.asarray(record.dynamic["series"], float)
-            colour, style = policy_colour(record.policy), policy_line(record.policy)
-            axes[0, col].plot(series[:, 0] * scale, series[:, 2], color=colour, ls=style,
-                              lw=1.6, label=record.policy)
-            axes[1, col].plot(series[:, 0] * scale, series[:, 1], color=colour, ls=style,
-                              lw=1.6, label=record.policy)
+        mine = sorted([r for r in rows if r[1] == workload], key=lambda r: order.index(r[0]))
+        times = [row[0] for _, _, series in mine for row in series if row[0] > 0]
+        logarithmic = bool(times) and max(times) > 1e3 * min(times)
+        scale, unit = time_unit(times)
+        for policy, _, series in mine:
+            series = np.asarray(series, float)
+            colour, style = policy_colour(policy), policy_line(policy)
+            for row, column in ((0, 2), (1, 1)):
+                axes[row, col].plot(series[:, 0] * scale, series[:, column], color=colour,
+                                    ls=style, lw=1.6, label=policy,
+                                    drawstyle="steps-pre")
+        at_s = ((report.config or {}).get("failures") or {}).get("at_s")
+        for row in (0, 1):
+            if logarithmic:
+                axes[row, col].set_xscale("log")
+            if at_s and what.startswith("failure"):
+                axes[row, col].axvline(at_s * scale, color="black", lw=0.8, ls=":")
         axes[0, col].set_title(_workload_title(report, workload), fontsize=10)
         axes[0, col].set_ylabel("throughput delivered (Gbit/s)")
         axes[1, col].set_ylabel("fullest queue (queue / buffer)")
-        axes[1, col].set_xlabel(f"time in the busiest phase ({unit})")
+        axes[1, col].set_xlabel(f"time ({unit}), {what}")
         axes[1, col].set_ylim(-0.02, 1.05)
         axes[0, col].legend(loc="best", fontsize=8, framealpha=0.9)
     _suptitle(fig, report, "dynamic level over time")
     return _finish(fig, path)
-
-
-def _ordered_records(records: Sequence) -> list:
-    order = _ordered_policies(r.policy for r in records)
-    return sorted(records, key=lambda r: order.index(r.policy))
 
 
 def plot_sharing(report, path: str | Path | None = None) -> Any:

@@ -458,16 +458,22 @@ def failure_table(report: Report) -> FitTable:
              "Steady state in the one failure set, after each policy reacts")
     marked = any(_lost_plane(s.status) for s in report.failures.summaries)
     timed = any(s.dynamic is not None for s in report.failures.summaries)
+    struck = timed and ((report.config or {}).get("failures") or {}).get("at_s") is not None
     notes = [LOST_PLANE_NOTE] if marked else []
     if timed:
         notes.append("dynamic: the same sets in time (solver.model: dynamic), from the policy's "
                      "initial slots on the split it settles to; trimmed: wire bytes sent again, "
                      "mean per set")
+    if struck:
+        notes.append("in-time stall: the longest a flow sent only onto dead paths after the set "
+                     "struck (failures.at_s), until its policy reacted; a stall of at least "
+                     "failures.transport_timeout_s crashes the job")
     table = _table(title, [("policy", True), ("workload", True), ("P100 util", False),
                            ("completion", False), ("slowdown", False),
                            ("fabric slowdown", False)] +
                    ([("dynamic completion", False), ("dynamic slowdown", False),
                      ("trimmed", False)] if timed else []) +
+                   ([("in-time stall (crashed sets)", False)] if struck else []) +
                    [("stalled sets" if n > 1 else "stalled", True)],
                    "\n".join(notes) or None)
     for s in report.failures.summaries:
@@ -480,6 +486,10 @@ def failure_table(report: Report) -> FitTable:
             cells += [" / ".join(_dist(d.get(name), k, fmt) for k in keys)
                       for name, fmt in (("completion_s", format_seconds), ("slowdown", _times))]
             cells.append(format_bytes(d["trimmed_bytes_mean"]) if d else "—")
+        if struck:
+            d = s.dynamic or {}
+            stall = format_seconds(d["stall_s_max"]) if d and d["stall_s_max"] > 0 else "none"
+            cells.append(f"{stall} ({d['crashed_sets']:,})" if d else "—")
         stalled = (f"{s.stalled_sets:,}" + (" (job stalls)" if s.stalled_sets else "")
                    if n > 1 else ("yes (job stalls)" if s.stalled_sets else "no"))
         table.add_row(s.policy, s.workload, *cells, stalled)

@@ -167,6 +167,35 @@ class DynamicParams(NamedTuple):
     seed: jax.Array
 
 
+class Strike(NamedTuple):
+    """A failure set that strikes during the phase, and the policy's reaction in time (device
+    arrays; `simulate_dynamic`'s `strike`).
+
+    step, react: int32 scalars, the step the set strikes and the step the policy has reacted
+    by (`Policy.reaction_window_s` later: ECMP's re-hash and spraying's withdrawn EVs after
+    routing reconverges, mrc's retired EVs at its first loss). dead: bool[L+1] the links the
+    set kills (the sentinel False): from `step` on they pass nothing and say nothing (no trim,
+    no mark: the bytes sent onto them are lost, black-holed, and sent again). capacity,
+    buffer, kmin, kmax: float32[L+1] the links from `step` on (a degraded cable's speed and
+    its queue scaled with it). From `react` on the flows run on links_after int32[F, K, H],
+    pair_after int32[F, K, H] (into the same `pair_link`), share_after float32[F, K] and
+    live_after bool[F, K]: the split the policy settles on after the failure. doomed: bool[F]
+    flows with no live path after it (they stall; the run ends without them)."""
+
+    step: jax.Array
+    react: jax.Array
+    dead: jax.Array
+    capacity: jax.Array
+    buffer: jax.Array
+    kmin: jax.Array
+    kmax: jax.Array
+    links_after: jax.Array
+    pair_after: jax.Array
+    share_after: jax.Array
+    live_after: jax.Array
+    doomed: jax.Array
+
+
 class Dynamic(NamedTuple):
     """One phase under the dynamic level (device arrays).
 
@@ -175,17 +204,19 @@ class Dynamic(NamedTuple):
     delivered, trimmed, duplicated: float32[F] wire bytes delivered (equals the flow's bytes
     when it finishes), trimmed (then sent again) and delivered twice (a spurious timeout's
     duplicates). stalls: int32[F] the flow's ACK stalls (quick adapt left it waiting for its
-    timer). link_bytes: float32[L] bytes each link carried. max_fill: float32[L] the
+    timer). blackholed: float32[F] wire bytes lost on links a strike killed (sent again).
+    link_bytes: float32[L] bytes each link carried. max_fill: float32[L] the
     largest Q / B each link reached. steps: int32. status: int32 Status flags (EVENT_LIMIT:
-    `max_steps` reached with bytes left). series: float32[RECORDS, 3] per record interval:
-    the largest queue fill Q / B, the throughput (bytes/s delivered) and the flows still
-    sending."""
+    `max_steps` reached with bytes left). series: float32[RECORDS, 3] per record interval
+    (between consecutive `edges`): the largest queue fill Q / B, the bytes delivered and the
+    most flows sending."""
 
     finish: jax.Array
     delivered: jax.Array
     trimmed: jax.Array
     duplicated: jax.Array
     stalls: jax.Array
+    blackholed: jax.Array
     link_bytes: jax.Array
     max_fill: jax.Array
     steps: jax.Array
@@ -219,6 +250,7 @@ class _State(NamedTuple):
     trimmed: jax.Array
     duplicated: jax.Array
     stalls: jax.Array
+    blackholed: jax.Array
     link_bytes: jax.Array
     max_fill: jax.Array
     series: jax.Array
@@ -403,6 +435,9 @@ class _Run(NamedTuple):
     revisits: jax.Array     # bool[F]: the bitmap walk comes back to an EV (more packets than
                             # live EVs: one with fewer sends one on each and is done first)
     real: jax.Array         # bool[L+1]: not the sentinel
+    edges: jax.Array        # int32[RECORDS + 1]: the steps where each record interval starts
+    strike: Strike | None   # a failure during the phase (None: none)
+    dead: jax.Array | None  # bool[L+1]: dead now (None without a strike)
     num_gpus: int
     ev_rule: str
     lag: int
@@ -452,6 +487,7 @@ class _Delivered(NamedTuple):
     owed: jax.Array
     dup_owed: jax.Array
     dup_bytes: jax.Array
+    black: jax.Array        # bytes sent onto a dead link (lost without a NACK, sent again)
     lost_bytes: jax.Array
     done_now: jax.Array
     frac: jax.Array
@@ -507,6 +543,11 @@ def _send(run: _Run, s: _State) -> _Send:
     dup = jnp.where(held & SPURIOUS_TIMEOUTS, spurious_share(uncapped, rtt, mark_f, p), 0.0)
     rate = jnp.minimum(uncapped, (s.remaining + s.owed + s.dup_owed) / (
         dt * jnp.maximum(through_seen, MIN_THROUGH) * (1.0 - dup)))
+    if run.dead is not None:
+        # a flow whose every used slot died hears nothing back: past its window it sends only
+        # what its timer resends, a packet every rto
+        blind = (s.share * ~jnp.any(run.dead[run.links], axis=-1)).sum(1) <= 1e-6
+        rate = jnp.where(blind, jnp.minimum(rate, p.pkt / p.rto), rate)
     per_ack = jnp.where(held & (rate >= uncapped), p.ack_packets, 1.0)
     dup = jnp.where(per_ack > 1.0, dup, 0.0)
     return _Send(now=now, sending=sending, seen_delay=seen_delay, seen_mark=seen_mark,
@@ -553,6 +594,13 @@ def _queues(run: _Run, s: _State, send: _Send) -> _Links:
     # what a link passes on relative to what it got (above 1 while its queue drains): the
     # next hops' arrivals are the departures, not the offered load
     forward = jnp.where(real & (arrive > 0), departed / jnp.maximum(arrive * dt, TINY), 1.0)
+    if run.dead is not None:
+        # a dead link holds and passes nothing, and trims nothing (no NACK: what reaches it
+        # is black-holed, `_deliver`)
+        queue = jnp.where(run.dead, 0.0, queue)
+        departed = jnp.where(run.dead, 0.0, departed)
+        forward = jnp.where(run.dead, 0.0, forward)
+        passed = jnp.where(run.dead, 1.0, passed)
     # the packet queue's tail: a packet finds the buffer full where the fluid queue is empty
     # and more flows merge than the buffer holds packets
     flows_in = arrive_sq / jnp.maximum(flow_sq, TINY)   # 1 / the flows' Herfindahl index
@@ -576,6 +624,13 @@ def _deliver(run: _Run, s: _State, send: _Send, lk: _Links) -> _Delivered:
     # this step's bytes: those trimmed anywhere on their slot stay in R
     through = jnp.prod(lk.passed[links], axis=-1)                       # [F, K]
     sent = send.slot_rate * dt
+    if run.dead is None:
+        black = jnp.zeros(sent.shape[0])
+    else:
+        # a path through a dead link delivers nothing and hears nothing back
+        path_alive = ~jnp.any(run.dead[links], axis=-1)
+        black = (sent * ~path_alive).sum(1)
+        sent = jnp.where(path_alive, sent, 0.0)
     arrived = (sent * through).sum(1)
     fluid_lost = (sent * (1.0 - through)).sum(1)
     if RANDOM_TRIMS:
@@ -609,7 +664,8 @@ def _deliver(run: _Run, s: _State, send: _Send, lk: _Links) -> _Delivered:
     got = ok_bytes * send.uncapped / jnp.maximum(send.rate, TINY)
     frac = jnp.where(done_now, jnp.minimum(s.remaining / jnp.maximum(got, TINY), 1.0), 1.0)
     gone = jnp.where(done_now, s.remaining, jnp.minimum(ok_bytes, s.remaining))
-    return _Delivered(owed=owed, dup_owed=dup_owed, dup_bytes=dup_bytes, lost_bytes=lost_bytes,
+    return _Delivered(owed=owed, dup_owed=dup_owed, dup_bytes=dup_bytes, black=black,
+                      lost_bytes=lost_bytes,
                       done_now=done_now, frac=frac, gone=gone,
                       remaining=jnp.where(done_now, 0.0, s.remaining - gone))
 
@@ -753,8 +809,38 @@ def _ev_mix(run: _Run, s: _State, send: _Send):
                                0.0)[:, None] * (aim - s.share)
 
 
+def _struck(run: _Run, s: _State) -> tuple[_Run, _State]:
+    """The run as the failure set leaves it at this step (`Strike`): from its step the dead
+    links and the degraded ones' capacity, from the policy's reaction on the split it settles
+    on (the shares reset to it once, at that step)."""
+    st = run.strike
+    if st is None:
+        return run, s
+    struck = s.step >= st.step
+    reacted = s.step >= st.react
+    live_f = jnp.where(reacted, st.live_after.astype(jnp.float32), run.live_f)
+    run = run._replace(
+        links=jnp.where(reacted, st.links_after, run.links),
+        pair=jnp.where(reacted, st.pair_after, run.pair),
+        capacity=jnp.where(struck, st.capacity, run.capacity),
+        buffer=jnp.where(struck, st.buffer, run.buffer),
+        kmin=jnp.where(struck, st.kmin, run.kmin), kmax=jnp.where(struck, st.kmax, run.kmax),
+        live_f=live_f, n_live=jnp.maximum(live_f.sum(1, keepdims=True), 1.0),
+        dead=st.dead & struck)
+    return run, s._replace(share=jnp.where(s.step == st.react, st.share_after, s.share))
+
+
+def _record_slot(run: _Run, step):
+    """The record interval a step falls in (`edges`)."""
+    return jnp.clip(jnp.searchsorted(run.edges, step, side="right") - 1, 0, RECORDS - 1)
+
+
 def _step(run: _Run, s: _State) -> _State:
-    """One step of `dt` (the module's steps 1-5), then the records."""
+    """One step of `dt` (the module's steps 1-5), then the records; with a strike, the
+    policy's state as it stands at this step (`_struck`), and where nothing moves while the
+    policy has yet to react (every flow left sends only onto dead paths, no queue holds a
+    byte) the next step is the reaction's: nothing would change before it."""
+    run, s = _struck(run, s)
     p, capacity, real = run.p, run.capacity, run.real
     dt = p.dt
     send = _send(run, s)
@@ -772,13 +858,18 @@ def _step(run: _Run, s: _State) -> _State:
     signals = _link_signals(lk.queue, capacity, run.kmin, run.kmax,
                             lk.passed * (1.0 - lk.tail), wait, lk.busy)
     fill = jnp.where(real, lk.queue / jnp.where(real, run.buffer, 1.0), 0.0)
-    slot = jnp.minimum(s.step // p.stride, RECORDS - 1)
+    slot = _record_slot(run, s.step)
     row = s.series[slot]
-    row = jnp.stack([jnp.maximum(row[0], fill.max()),
-                     row[1] + dl.gone.sum() / (dt * p.stride.astype(jnp.float32)),
+    row = jnp.stack([jnp.maximum(row[0], fill.max()), row[1] + dl.gone.sum(),
                      jnp.maximum(row[2], send.sending.sum().astype(jnp.float32))])
+    next_step = s.step + 1
+    if run.strike is not None:
+        idle = ((s.step >= run.strike.step) & (next_step < run.strike.react) &
+                (dl.gone.sum() <= 0.0) & (jnp.max(lk.queue) <= 0.0) &
+                (jnp.sum(cc.echoes) <= 0.0))
+        next_step = jnp.where(idle, run.strike.react, next_step)
     return _State(
-        step=s.step + 1, remaining=dl.remaining, window=cc.window, avg_delay=cc.avg_delay,
+        step=next_step, remaining=dl.remaining, window=cc.window, avg_delay=cc.avg_delay,
         fi_count=cc.fi_count, since_dec=cc.since_dec, marks=cc.marks, achieved=cc.achieved,
         qa_clock=cc.qa_clock, qa_trigger=cc.qa_trigger, owed=dl.owed, dup_owed=cc.dup_owed,
         stall=cc.stall, echoes=cc.echoes, share=_ev_mix(run, s, send), queue=lk.queue,
@@ -786,13 +877,13 @@ def _step(run: _Run, s: _State) -> _State:
         finish=jnp.where(dl.done_now, send.now + dl.frac * dt + now_delay, s.finish),
         delivered=s.delivered + dl.gone, trimmed=s.trimmed + dl.lost_bytes,
         duplicated=s.duplicated + dl.dup_bytes, stalls=s.stalls + cc.stalls,
-        link_bytes=lk.link_bytes, max_fill=jnp.maximum(s.max_fill, fill),
+        blackholed=s.blackholed + dl.black, link_bytes=lk.link_bytes, max_fill=jnp.maximum(s.max_fill, fill),
         series=s.series.at[slot].set(row))
 
 
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
                      max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
-                     params: DynamicParams, *,
+                     params: DynamicParams, strike: Strike | None = None, edges=None, *,
                      ev_rule: str, lag: int, ack_lag: int) -> Dynamic:
     """Run the phase until every flow is done or `params.max_steps` (see the module).
 
@@ -805,7 +896,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     by the NIC, and the sentinel); pair int32[F, K, H] the (flow, link) pair of every entry
     and pair_link int32[P] its link (the host's np.unique). ev_rule ("fixed", "bitmap",
     "reps"), lag (steps the links' signals take to reach the sender), ack_lag (steps from a
-    byte's delivery or trim to its ACK or NACK at the sender): static."""
+    byte's delivery or trim to its ACK or NACK at the sender): static. strike: a failure set
+    that strikes during the phase and the policy's reaction (`Strike`; None: none). edges:
+    int32[RECORDS + 1] the first step of each record interval (None: every `params.stride`
+    steps)."""
     num_flows = links.shape[0]
     num_links = capacity.shape[0]
     key = jax.random.key(params.seed)
@@ -819,7 +913,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
                trim_key=jax.random.fold_in(key, TRIM_STREAM),
                stall_key=jax.random.fold_in(key, STALL_STREAM), live_f=live_f, n_live=n_live,
                revisits=size > n_live[:, 0] * params.pkt,
-               real=jnp.arange(num_links) < num_links - 1, num_gpus=num_gpus,
+               real=jnp.arange(num_links) < num_links - 1,
+               edges=(jnp.arange(RECORDS + 1, dtype=jnp.int32) * params.stride
+                      if edges is None else edges),
+               strike=strike, dead=None, num_gpus=num_gpus,
                ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
     signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links),
                               jnp.zeros(num_links), jnp.zeros(num_links))
@@ -835,18 +932,23 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         history=jnp.broadcast_to(signals0, (lag + 1, num_links, 3)),
         finish=jnp.where(size > 0, jnp.inf, start), delivered=jnp.zeros(num_flows),
         trimmed=jnp.zeros(num_flows), duplicated=jnp.zeros(num_flows),
-        stalls=jnp.zeros(num_flows, jnp.int32),
+        stalls=jnp.zeros(num_flows, jnp.int32), blackholed=jnp.zeros(num_flows),
         link_bytes=jnp.zeros(num_links),
         max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)))
 
     def cond(s: _State):
-        return (s.step < params.max_steps) & jnp.any(s.remaining > 0)
+        left = s.remaining > 0
+        if strike is not None:      # a flow with no live path after the reaction stalls
+            left = left & ~(strike.doomed & (s.step >= strike.react))
+        return (s.step < params.max_steps) & jnp.any(left)
 
     out = jax.lax.while_loop(cond, lambda s: _step(run, s), init)
-    status = jnp.where(jnp.any(out.remaining > 0), jnp.int32(int(Status.EVENT_LIMIT)),
-                       jnp.int32(0))
+    unfinished = out.remaining > 0
+    if strike is not None:          # the host reports those as stalled
+        unfinished = unfinished & ~strike.doomed
+    status = jnp.where(jnp.any(unfinished), jnp.int32(int(Status.EVENT_LIMIT)), jnp.int32(0))
     return Dynamic(finish=out.finish, delivered=out.delivered, trimmed=out.trimmed,
-                   duplicated=out.duplicated, stalls=out.stalls,
+                   duplicated=out.duplicated, stalls=out.stalls, blackholed=out.blackholed,
                    link_bytes=out.link_bytes[:-1],
                    max_fill=out.max_fill[:-1],
                    steps=out.step, status=status, series=out.series)

@@ -30,7 +30,7 @@ from fabricjax.config import FailuresConfig, Scenario
 from fabricjax.core.stream import StreamError
 from fabricjax.engine.batch import (failure_mask, null_set_outcome, prepare_failure_phase,
                                     solve_set_range)
-from fabricjax.engine.dynamic import with_dynamic
+from fabricjax.engine.dynamic import TimedFailure, with_dynamic
 from fabricjax.engine.phase import slot_links_host, solve_policy_phase
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch, kind_counts, sample_failures
@@ -146,20 +146,42 @@ def dynamic_set_figures(policy: str, scenario: Scenario, fabric: AnyFabric,
     spraying over its live EVs, mrc's fixed point), then in time on that split from the
     policy's initial slots (`engine.dynamic.with_dynamic`), and the collective's figures
     (`metrics.dynamic_figures`, without the time series): its completion, FCT quantiles,
-    bytes trimmed and sent again. One compiled program per phase shape serves every set."""
+    bytes trimmed and sent again. With `failures.at_s` the item's first step with fabric
+    flows starts healthy and the set strikes at_s into it (`engine.dynamic.TimedFailure`:
+    the policy reacts in time, `Policy.reaction_window_s` later); its other steps run on the
+    set's steady state. One compiled program per phase shape serves every set."""
     alive, degraded = set_fabric(fabric, batch, b)
-    solved = []
+    cfg = scenario.failures
+    strike = None
+    if cfg.at_s is not None:
+        strike = TimedFailure(at_s=cfg.at_s, alive=alive, capacity=degraded.capacity,
+                              window_s=get(policy).reaction_window_s(cfg) or 0.0)
+    phases, solved = [], []
     for index, (phase, base) in enumerate(zip(collective.phases, outcomes)):
         if phase.flows.num_flows == 0 or base.split is None:
+            phases.append(phase)
             solved.append(base)
             continue
         stream = (collective.stream, index)
+        if strike is not None:
+            phases.append(dataclasses.replace(phase, repeat=1))
+            solved.append(with_dynamic(policy, scenario, fabric, phase.flows, stream, base,
+                                       failure=strike))
+            strike = None
+            if phase.repeat == 1:
+                continue
+            phase = dataclasses.replace(phase, repeat=phase.repeat - 1)
         static = solve_policy_phase(policy, scenario, degraded, phase.flows, stream,
                                     alive=alive)
+        phases.append(phase)
         solved.append(with_dynamic(policy, scenario, degraded, phase.flows, stream, static,
                                    alive=alive, capacity=degraded.capacity))
-    return dynamic_figures(collective, solved, scenario, degraded, line_rate, endpoint,
-                           series=False)
+    figures = dynamic_figures(dataclasses.replace(collective, phases=tuple(phases)), solved,
+                              scenario, degraded, line_rate, endpoint,
+                              series=cfg.at_s is not None)
+    if figures is not None:
+        figures["crash"] = figures["stall_s"] >= cfg.transport_timeout_s
+    return figures
 
 
 # --------------------------------------------------------------------------- reliability

@@ -1,0 +1,109 @@
+"""Failure sets under the dynamic level: the steady state of every set in time, a failure that
+strikes during the phase (`failures.at_s`) and each policy's reaction to it as its rule says
+(ECMP: its black-holed QPs wait for routing, then re-hash; oblivious spraying: keeps spraying
+onto the dead EVs, losing their bytes, until routing withdraws them; mrc: retires them at its
+first loss), and a flow left with no live path reported as stalled, not run to the horizon."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from fabricjax.core.errors import ScenarioError
+from fabricjax.scenario import parse_scenario
+from fabricjax.study.analyze import analyze
+
+AT_S = 20e-6            # the set strikes 20 us into the phase
+RECONVERGENCE_S = 0.5   # routing's reaction (ECMP, spraying)
+
+
+def raw(**failures) -> dict:
+    return {
+        "name": "strike", "seed": 7,
+        "fabric": {"gpus": 32, "planes": 2, "port_gbps": "100G", "radix": 8},
+        "workload": [{"name": "perm", "collective": "permutation", "size": "4MiB",
+                      "shift": 4}],
+        "policies": ["ecmp", "spray", "mrc"],
+        "solver": {"model": "dynamic"},
+        "failures": {"samples": 1, "switches": {"names": ["plane0/t1-0"]},
+                     "reconvergence_s": RECONVERGENCE_S, **failures}}
+
+
+def scenario(**failures):
+    return parse_scenario(raw(**failures))
+
+
+@functools.lru_cache(maxsize=None)
+def struck(**failures):
+    report = analyze(scenario(at_s=AT_S, **failures))
+    healthy = {r.policy: r.dynamic for r in report.records}
+    hit = {r["policy"]: r["dynamic"] for r in report.failures.records}
+    return healthy, hit
+
+
+def test_ecmp_black_holes_its_qps_until_routing_reconverges_then_rehashes():
+    healthy, hit = struck()
+    ecmp = hit["ecmp"]
+    # some QP hashed onto the dead spine sends into the void until reconvergence, then its
+    # re-hashed bytes finish within a healthy phase's time
+    assert ecmp["stall_s"] == RECONVERGENCE_S
+    assert AT_S + RECONVERGENCE_S <= ecmp["completion_s"] <= (
+        AT_S + RECONVERGENCE_S + 2 * healthy["ecmp"]["completion_s"])
+    assert ecmp["blackholed_bytes"] > 0 and ecmp["status"] == "ok"
+    # nothing is delivered between the last healthy QP's end and the re-hash
+    series = np.asarray(ecmp["series"])
+    quiet = (series[:, 0] > 2 * healthy["ecmp"]["completion_s"]) & (
+        series[:, 0] < AT_S + RECONVERGENCE_S * 0.99)
+    assert quiet.any() and np.all(series[quiet, 2] == 0.0)
+    # a stalled QP sends only its timer's packets: its lost bytes are a few packets per
+    # retransmission timeout, not its rate over the whole window
+    assert ecmp["blackholed_bytes"] < 1e-3 * 100e9 / 8 * RECONVERGENCE_S
+    assert not ecmp["crash"]
+
+
+def test_a_stall_past_the_transport_timeout_crashes_the_job():
+    _, hit = struck(transport_timeout_s=0.1)
+    assert hit["ecmp"]["crash"] and not hit["mrc"]["crash"] and not hit["spray"]["crash"]
+
+
+def test_spraying_loses_its_dead_evs_bytes_and_finishes_before_routing_withdraws_them():
+    healthy, hit = struck()
+    spray = hit["spray"]
+    assert spray["stall_s"] == 0.0            # its live EVs keep every flow going
+    assert spray["blackholed_bytes"] > 0 and spray["timeouts"] > 0
+    assert healthy["spray"]["completion_s"] < spray["completion_s"] < RECONVERGENCE_S
+
+
+def test_mrc_retires_its_dead_evs_at_its_first_loss():
+    _, hit = struck()
+    mrc, spray = hit["mrc"], hit["spray"]
+    # it stops losing bytes after mrc_reaction_us (50 us) where spraying goes on
+    assert 0 < mrc["blackholed_bytes"] < 0.5 * spray["blackholed_bytes"]
+    assert mrc["completion_s"] <= spray["completion_s"]
+    # with routing's reaction time it loses what spraying loses: the rule, not the policy,
+    # makes the difference
+    _, slow = struck(mrc_reaction_us=RECONVERGENCE_S * 1e6)
+    assert slow["mrc"]["blackholed_bytes"] == pytest.approx(spray["blackholed_bytes"],
+                                                            rel=0.35)
+
+
+def test_a_flow_without_a_live_path_is_stalled_and_the_run_ends():
+    """Both NIC ports of GPU 0 down: its flow stalls (no completion, the job would hang),
+    the others finish, and the run stops with them instead of stepping to its bound."""
+    report = analyze(parse_scenario({
+        "name": "cut", "seed": 7, "fabric": {"gpus": 32, "planes": 2, "radix": 8},
+        "workload": [{"name": "perm", "collective": "permutation", "size": "1MiB"}],
+        "policies": ["spray"], "solver": {"model": "dynamic"},
+        "failures": {"samples": 1, "nic_ports": {"names": ["plane0/gpu0", "plane1/gpu0"]}}}))
+    healthy = report.records[0].dynamic
+    cut = report.failures.records[0]["dynamic"]
+    assert cut["stalled_flows"] >= 1 and cut["completion_s"] is None
+    assert "stalled" in cut["status"]
+    assert cut["steps"] <= 3 * healthy["steps"]
+
+
+def test_a_failure_during_the_phase_needs_the_dynamic_level():
+    with pytest.raises(ScenarioError, match="failures.at_s"):
+        parse_scenario({**raw(at_s=AT_S), "solver": {"model": "static"}})
