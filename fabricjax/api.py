@@ -165,6 +165,9 @@ class Analysis:
             for key, value in record.as_dict().items():
                 if key == "utilisation_by_tier":
                     row.update({f"p100_{tier}": q["p100"] for tier, q in value.items()})
+                elif key == "dynamic" and value is not None:
+                    row.update({f"dynamic_{k}": v for k, v in value.items()
+                                if not isinstance(v, (list, dict))})
                 elif not isinstance(value, (list, dict)):
                     row[key] = value
             summary = summaries.get((record.policy, record.workload))
@@ -176,6 +179,27 @@ class Analysis:
     def to_pandas(self) -> Any:
         """`to_records()` as a pandas DataFrame (needs the `fabricjax[pandas]` extra)."""
         return _frame(self.to_records())
+
+    def dynamic_series(self, policy: str, workload: str, failure_set: int | None = None
+                       ) -> Any:
+        """The dynamic level's time series (`solver.model: dynamic`) of one record, or of
+        failure set `failure_set` when the sets strike during the phase (`failures.at_s`):
+        a DataFrame of time_s, queue_fill_max, throughput_gbps and flows_sending, one row per
+        record interval (the busiest phase's; the struck step's). KeyError when there is
+        none."""
+        if failure_set is None:
+            found = [r.dynamic for r in self.report.records
+                     if r.policy == policy and r.workload == workload and r.dynamic]
+        else:
+            records = self.report.failures.records if self.report.failures else []
+            found = [r["dynamic"] for r in records
+                     if (r["policy"], r["workload"], r["failure_set"]) ==
+                     (policy, workload, failure_set) and r.get("dynamic")]
+        if not found or not found[0].get("series"):
+            raise KeyError(f"no dynamic time series for {policy} / {workload}"
+                           + ("" if failure_set is None else f", failure set {failure_set}"))
+        columns = ("time_s", "queue_fill_max", "throughput_gbps", "flows_sending")
+        return _frame([dict(zip(columns, row)) for row in found[0]["series"]], columns)
 
     def to_dict(self) -> dict:
         """The JSON form `fabricjax analyze --json` writes."""

@@ -11,6 +11,7 @@ import functools
 import numpy as np
 import pytest
 
+from fabricjax.api import Analysis
 from fabricjax.core.errors import ScenarioError
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
@@ -36,8 +37,13 @@ def scenario(**failures):
 
 
 @functools.lru_cache(maxsize=None)
+def struck_run(**failures):
+    scen = scenario(at_s=AT_S, **failures)
+    return scen, analyze(scen)
+
+
 def struck(**failures):
-    report = analyze(scenario(at_s=AT_S, **failures))
+    _, report = struck_run(**failures)
     healthy = {r.policy: r.dynamic for r in report.records}
     hit = {r["policy"]: r["dynamic"] for r in report.failures.records}
     return healthy, hit
@@ -107,3 +113,20 @@ def test_a_flow_without_a_live_path_is_stalled_and_the_run_ends():
 def test_a_failure_during_the_phase_needs_the_dynamic_level():
     with pytest.raises(ScenarioError, match="failures.at_s"):
         parse_scenario({**raw(at_s=AT_S), "solver": {"model": "static"}})
+
+
+def test_the_api_gives_the_time_series_of_the_strike():
+    scen, report = struck_run()
+    analysis = Analysis(report, scen)
+    frame = analysis.dynamic_series("ecmp", "perm", failure_set=0)
+    assert list(frame.columns) == ["time_s", "queue_fill_max", "throughput_gbps",
+                                   "flows_sending"]
+    assert frame["time_s"].is_monotonic_increasing
+    assert frame["time_s"].iloc[-1] >= AT_S + RECONVERGENCE_S * 0.99
+    healthy = analysis.dynamic_series("mrc", "perm")
+    assert healthy["throughput_gbps"].max() > 0
+    row = next(r for r in analysis.to_records() if r["policy"] == "mrc")
+    assert row["dynamic_completion_s"] == report.records[2].dynamic["completion_s"]
+    with pytest.raises(KeyError):
+        analysis.dynamic_series("optimal", "perm")
+
