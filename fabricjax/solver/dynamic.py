@@ -102,6 +102,13 @@ W stays within [one MTU, 1.5 BDP of the flow's own base RTT], and starts at the 
 delays compared with the target are those of the marked and of the unmarked ACKs apart
 (share-weighted over the slots), as each ACK carries its own path's delay.
 
+A failure set may strike during the phase (`Strike`): from its step the dead links hold,
+pass and signal nothing (what reaches them is black-holed: no trim, no mark, no ACK, and it
+stays in R to be sent again), a flow whose every used slot died sends only a packet per
+retransmission timeout, and from the policy's reaction step on the flows run on the split the
+policy settles to (ECMP's re-hashed QPs, spraying's or mrc's live EVs). While nothing moves
+before that reaction the loop jumps to it.
+
 Units: bytes, seconds, bytes per second (the host converts Gbit/s). Returns `Dynamic`.
 """
 
