@@ -176,9 +176,11 @@ def dynamic_figures(collective: Collective, outcomes: list[PhaseOutcome],
     finished = stalled == 0 and not status & int(Status.EVENT_LIMIT)
     # the busiest phase's figures; a failure during the phase: that phase's (the series shows
     # the stall and the recovery)
-    busiest_phase, busiest_outcome, busiest = max(
-        runs, key=lambda r: (r[2].blackholed_bytes is not None and
-                             bool(r[2].blackholed_bytes.sum() > 0), r[2].p100_time_avg))
+    def struck_first(run) -> tuple[bool, float]:
+        black = run.blackholed_bytes
+        return black is not None and bool(black.sum() > 0), run.p100_time_avg
+
+    busiest = max((run for _, _, run in runs), key=struck_first)
     tiers = {name: float(np.max(busiest.link_util[lo:hi], initial=0.0))
              for name, (lo, hi) in zip(fabric.tier_names, fabric.tier_bounds)}
     carried = busiest.link_util > 0
