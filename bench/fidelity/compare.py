@@ -54,10 +54,12 @@ from fabricjax.engine.dynamic import fct_quantiles, solve_dynamic_phase  # noqa:
 from fabricjax.engine.phase import initial_slots, solve_policy_phase  # noqa: E402
 from fabricjax.engine.timing import transport_latency_s  # noqa: E402
 from fabricjax.fabric.build import build  # noqa: E402
+from fabricjax.fabric.failures import sample_failures  # noqa: E402
 from fabricjax.policies import get as get_policy  # noqa: E402
 from fabricjax.policies.base import Slots  # noqa: E402
 from fabricjax.scenario import parse_scenario  # noqa: E402
 from fabricjax.study.analyze import analyze  # noqa: E402
+from fabricjax.study.resilience import set_fabric  # noqa: E402
 from fabricjax.workload.build import build_workload  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -101,30 +103,59 @@ def leaf_spine_edges(failed: int = 0, hosts: int = 1024, down: int = 32,
     return edges
 
 
+def degraded_uplinks(spines: int, planes=(0,), t0s: int = 32) -> dict:
+    """The scenario's `failures` for htsim's `-failed N` as a failure set: on each plane of
+    `planes`, every T0's (leaf's) cables to T1s (spines) 0..N-1 at 25% of their speed."""
+    names = [f"plane{p}/t0-{t}/up{s}" for p in planes for t in range(t0s) for s in range(spines)]
+    return {"degraded": {"names": names, "factor": 0.25}}
+
+
 # an edge list (fabricjax `graph`), or a fabric config (the multi-plane Clos itself)
 FAT_TREES = {"ft128_1os": (4, 4, 4, 8), "ft128_4os": (4, 4, 1, 8), "ft128_8os": (1, 4, 2, 8)}
+LS1024 = {"kind": "multiplane-clos", "planes": 1, "radix": 64}
+LS1024OS = {"kind": "multiplane-clos", "planes": 1, "radix": 40, "oversubscription": 4}
 TOPOLOGIES = {
     **{name: functools.partial(fat_tree_edges, *shape) for name, shape in FAT_TREES.items()},
     "ls1024os": lambda: leaf_spine_edges(0),
-    "ls1024os_failed4": lambda: leaf_spine_edges(4),
+    # htsim's leaf_spine_1024_oversub.topo as a Clos (32 T0s, 32 down and 8 up, 8 T1s)
+    "ls1024os_failed4": LS1024OS,
     # htsim's leaf_spine_1024.topo: 32 leaves of 32 hosts, one 100G link to each of 32 spines
     "ls1024": lambda: leaf_spine_edges(0, spines=32),
+    "ls1024_failed8": LS1024,
+    # 4 and 8 planes, each one leaf_spine_1024.topo (radix 64: 32 down, 32 up); htsim runs
+    # the planes one by one (HTSIM.md, "Multi-plane fabrics")
+    "mp4_ls1024": {**LS1024, "planes": 4},
+    "mp8_ls1024": {**LS1024, "planes": 8},
+    "mp8_ls1024_deg0": {**LS1024, "planes": 8},
+}
+
+# the degraded leaf-spines as edge lists (htsim's topology with its slow links), for the tools
+# that read a flow's stored candidate paths (ev_paths.py)
+GRAPHS = {
+    "ls1024os_failed4": lambda: leaf_spine_edges(4),
     "ls1024_failed8": lambda: leaf_spine_edges(8, spines=32),
-    # 4 planes, each one leaf_spine_1024.topo (radix 64: 32 down, 32 up); htsim runs the
-    # planes one by one (HTSIM.md, "Multi-plane fabrics")
-    "mp4_ls1024": {"kind": "multiplane-clos", "planes": 4, "radix": 64},
+}
+
+# Degraded cases run as the product runs a failure set (`failures:` in the scenario, the
+# set's fabric from `study.resilience.set_fabric`), on the Clos as built: htsim's `-failed N`
+FAILURE_SETS = {
+    "ls1024os_failed4": degraded_uplinks(4),
+    "ls1024_failed8": degraded_uplinks(8),
+    "mp8_ls1024_deg0": degraded_uplinks(8, planes=(0,)),
 }
 
 
-def fabric_config(topo: str, hosts: int, paths: int, workdir: Path) -> dict:
+def fabric_config(topo: str, hosts: int, paths: int, workdir: Path, graph: bool = False) -> dict:
     """The scenario's `fabric` for a topology: an edge list written into `workdir` and read as
-    a `graph` with up to `paths` shortest paths per pair, or the multi-plane Clos."""
+    a `graph` with up to `paths` shortest paths per pair, or the multi-plane Clos (`graph`:
+    a degraded leaf-spine's edge list, `GRAPHS`, instead of the Clos and its failure set)."""
     common = {"gpus": hosts, "gpus_per_server": 1, "port_gbps": 100}
-    if isinstance(TOPOLOGIES[topo], dict):
-        return {**TOPOLOGIES[topo], **common}
-    edges = workdir / f"{topo}.txt"
+    source = GRAPHS[topo] if graph else TOPOLOGIES[topo]
+    if isinstance(source, dict):
+        return {**source, **common}
+    edges = workdir / f"{topo}{'_graph' if graph else ''}.txt"
     if not edges.exists():
-        edges.write_text("".join(f"{u} {v} {gbps}\n" for u, v, gbps in TOPOLOGIES[topo]()))
+        edges.write_text("".join(f"{u} {v} {gbps}\n" for u, v, gbps in source()))
     return {"kind": "graph", "file": edges.name, "paths": paths, **common}
 
 
@@ -150,6 +181,10 @@ CASES = {
     "ft128_1os_permmix": ("ft128_1os", 128, 16, 0.10),      # 64-512 KiB mixed
     "ft128_1os_ring2MB": ("ft128_1os", 128, 16, 0.10),      # one ring step, scattered ranks
     "ft128_1os_a2a_shift": ("ft128_1os", 128, 16, 0.10),    # the all-to-all, peers s + k
+    # the mission's fabric as built: 8 planes x 100G, 16 EVs a plane; plane 0 degraded
+    "mp8_ls1024_perm1MB": ("mp8_ls1024", 1024, 32, 0.10),
+    "mp8_ls1024_perm8MB": ("mp8_ls1024", 1024, 32, 0.10),
+    "mp8_ls1024_deg0_perm8MB": ("mp8_ls1024_deg0", 1024, 32, 0.15),
 }
 
 # fabricjax policy <- htsim runs compared with it
@@ -244,8 +279,18 @@ def htsim_slots(case: str, seed: int, fabric, flows, slots: Slots) -> Slots | No
         for row in csv.DictReader(fh):
             hop = tuple(switch_name(topo, n) for n in (row["from"], row["to"]))
             chosen.setdefault(int(row["id"]), set()).add(hop)
-    hops = candidate_hops(fabric, flows)
     choice = np.array(slots.choice, copy=True)
+    if isinstance(TOPOLOGIES[topo], dict):
+        # a single-plane Clos: the choice is the spine, the one a leaf hashed the flow to
+        for f, flow_id in enumerate(matrix_ids(case, seed)):
+            spines = {int(v[len("spine"):]) for u, v in chosen.get(flow_id, set())
+                      if u.startswith("leaf") and v.startswith("spine")}
+            if len(spines) > 1:
+                raise SystemExit(f"{case} seed {seed}: flow {flow_id} took spines {spines}")
+            if spines:
+                choice[f, :] = spines.pop()
+        return Slots(slots.plane, choice, slots.state)
+    hops = candidate_hops(fabric, flows)
     for f, flow_id in enumerate(matrix_ids(case, seed)):
         choice[f, :] = candidate_of(hops[f], chosen.get(flow_id, set()),
                                     f"{case} seed {seed}: flow {flow_id}")
@@ -259,10 +304,11 @@ def quantiles(values: np.ndarray) -> tuple[float, float, float]:
 
 
 def case_scenario(case: str, seed: int, workdir: Path, policies=tuple(POLICIES),
-                  matrix_seed: int | None = None):
+                  matrix_seed: int | None = None, graph: bool = False):
     """The case's scenario for `seed` (its edge list and matrix copied into `workdir`)
     under `policies`; the matrix is that of `matrix_seed` where given (a rerun of the same
-    flows with other hash salts and draws)."""
+    flows with other hash salts and draws). `graph`: a degraded case as its edge list with
+    the slow links in it (`GRAPHS`), not as the Clos and a failure set."""
     topo, hosts, paths, _ = CASES[case]
     # a scenario reads files inside its own folder only: the matrix joins the edge list there
     source = matrix_path(case, seed if matrix_seed is None else matrix_seed)
@@ -270,21 +316,28 @@ def case_scenario(case: str, seed: int, workdir: Path, policies=tuple(POLICIES),
     shutil.copyfile(source, matrix)
     scenario = parse_scenario({
         "name": f"{case}_s{seed}", "seed": seed,
-        "fabric": fabric_config(topo, hosts, paths, workdir),
+        "fabric": fabric_config(topo, hosts, paths, workdir, graph),
         "policies": list(policies),
         "workload": [{"name": case, "collective": "traffic",
                       "file": matrix.name, "format": "htsim"}],
+        **({"failures": FAILURE_SETS[topo]} if topo in FAILURE_SETS and not graph else {}),
         **SETTINGS}).located(workdir)
     return scenario
 
 
-def case_phase(case: str, seed: int, workdir: Path, matrix_seed: int | None = None):
-    """(scenario, fabric, flows, stream) of the case's one phase for `seed` (on the matrix of
-    `matrix_seed` where given)."""
-    scenario = case_scenario(case, seed, workdir, matrix_seed=matrix_seed)
+def case_phase(case: str, seed: int, workdir: Path, matrix_seed: int | None = None,
+               graph: bool = False):
+    """(scenario, fabric, flows, stream, alive) of the case's one phase for `seed` (on the
+    matrix of `matrix_seed` where given). A case with a failure set: its one set's fabric
+    (degraded cables at their capacity) and alive mask, as the failure study solves a set
+    (`graph`: the edge list with the slow links instead); alive None otherwise."""
+    scenario = case_scenario(case, seed, workdir, matrix_seed=matrix_seed, graph=graph)
     fabric = build(scenario)
+    alive = None
+    if CASES[case][0] in FAILURE_SETS and not graph:
+        alive, fabric = set_fabric(fabric, sample_failures(scenario, fabric=fabric), 0)
     collective = build_workload(scenario, np.random.default_rng([scenario.seed, 0]))[0]
-    return scenario, fabric, collective.phases[0].flows, (collective.stream, 0)
+    return scenario, fabric, collective.phases[0].flows, (collective.stream, 0), alive
 
 
 def routed_ecmp(case: str, seed: int, scenario, fabric, flows, stream) -> Slots | None:
@@ -297,30 +350,36 @@ def routed_ecmp(case: str, seed: int, scenario, fabric, flows, stream) -> Slots 
 def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
     """{policy: (p50, p99, max, seconds)} of fabricjax's static level on the case's matrix
     for `seed` (ECMP on htsim's paths where they are committed)."""
-    # ECMP on htsim's paths is solved below, not by `analyze` on its own draw
+    # ECMP on htsim's paths is solved below, not by `analyze` on its own draw; a failure set
+    # is solved as the failure study solves one, every policy on the set's fabric
     routed = routes_path(case, seed).exists()
-    scenario = case_scenario(case, seed, workdir,
-                             [p for p in POLICIES if not (routed and p == "ecmp")])
-    start = time.perf_counter()
-    report = analyze(scenario)
-    seconds = time.perf_counter() - start
+    failed = CASES[case][0] in FAILURE_SETS
     out = {}
-    for record in report.records:
-        if record.fct_max_s is None:
-            raise SystemExit(f"{case} seed {seed}: {record.policy} has no FCTs "
-                             f"({record.progressive_status})")
-        out[record.policy] = (record.fct_p50_s, record.fct_p99_s, record.fct_max_s, seconds)
-    if routed:
-        scenario, fabric, flows, stream = case_phase(case, seed, workdir)
-        slots = routed_ecmp(case, seed, scenario, fabric, flows, stream)
+    if not failed:
+        scenario = case_scenario(case, seed, workdir,
+                                 [p for p in POLICIES if not (routed and p == "ecmp")])
         start = time.perf_counter()
-        outcome = solve_policy_phase("ecmp", scenario, fabric, flows, stream, slots=slots,
-                                     progressive=True)
+        report = analyze(scenario)
         seconds = time.perf_counter() - start
-        # as the report takes them: the progressive durations plus the last ACK's way back
-        fct = np.asarray(outcome.progressive.duration, np.float64) + transport_latency_s(
-            scenario, fabric.flow_hops(flows.src, flows.dst), acknowledged=True)
-        out["ecmp"] = (*quantiles(fct[flows.size > 0]), seconds)
+        for record in report.records:
+            if record.fct_max_s is None:
+                raise SystemExit(f"{case} seed {seed}: {record.policy} has no FCTs "
+                                 f"({record.progressive_status})")
+            out[record.policy] = (record.fct_p50_s, record.fct_p99_s, record.fct_max_s,
+                                  seconds)
+    if routed or failed:
+        scenario, fabric, flows, stream, alive = case_phase(case, seed, workdir)
+        for policy in POLICIES if failed else ("ecmp",):
+            slots = (routed_ecmp(case, seed, scenario, fabric, flows, stream)
+                     if policy == "ecmp" and routed else None)
+            start = time.perf_counter()
+            outcome = solve_policy_phase(policy, scenario, fabric, flows, stream, slots=slots,
+                                         alive=alive, progressive=True)
+            seconds = time.perf_counter() - start
+            # as the report takes them: the progressive durations plus the last ACK's way back
+            fct = np.asarray(outcome.progressive.duration, np.float64) + transport_latency_s(
+                scenario, fabric.flow_hops(flows.src, flows.dst), acknowledged=True)
+            out[policy] = (*quantiles(fct[flows.size > 0]), seconds)
     return out
 
 
@@ -329,13 +388,14 @@ def dynamic_outcomes(case: str, seed: int, workdir: Path, matrix_seed: int | Non
     """(scenario, flows, {policy: (engine.dynamic's outcome, seconds)}) of fabricjax's dynamic
     level on the case's matrix for `seed`: the same scenario, fabric, flows and slots (the
     matrix of `matrix_seed` where given: htsim's slots only where the two seeds are one)."""
-    scenario, fabric, flows, stream = case_phase(case, seed, workdir, matrix_seed)
+    scenario, fabric, flows, stream, alive = case_phase(case, seed, workdir, matrix_seed)
     routed = (routed_ecmp(case, seed, scenario, fabric, flows, stream)
               if matrix_seed in (None, seed) else None)
     out = {}
     for policy in policies:
         start = time.perf_counter()
-        outcome = solve_dynamic_phase(policy, scenario, fabric, flows, stream,
+        outcome = solve_dynamic_phase(policy, scenario, fabric, flows, stream, alive=alive,
+                                      capacity=None if alive is None else fabric.capacity,
                                       slots=routed if policy == "ecmp" else None)
         seconds = time.perf_counter() - start
         if outcome.status:

@@ -103,8 +103,9 @@ class CasePhase:
 
     def __init__(self, case: str, seed: int, workdir: Path):
         self.case, self.seed = case, seed
-        self.scenario, self.fabric, self.flows, self.stream = compare.case_phase(case, seed,
-                                                                                 workdir)
+        # the stored candidate paths: a degraded case as its edge list (compare.GRAPHS)
+        self.scenario, self.fabric, self.flows, self.stream, _ = compare.case_phase(
+            case, seed, workdir, graph=compare.CASES[case][0] in compare.GRAPHS)
         self.ids = compare.matrix_ids(case, seed)
         self.candidates = compare.candidate_hops(self.fabric, self.flows)
         self._own: dict = {}

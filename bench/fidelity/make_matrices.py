@@ -32,6 +32,10 @@ collective steps:
   1 MiB to the next; 31 of every 32 flows stay under their T0);
 - `ls1024_*`: one such plane alone, a permutation of 1 MiB flows, healthy and with `-failed 8`
   (a quarter of every leaf's uplinks at 25% speed);
+- `mp8_ls1024_*`: the mission's fabric, 8 planes of the same plane, permutations of 1 MiB and
+  8 MiB flows (128 KiB and 1 MiB a plane, 16 EVs a plane); `mp8_ls1024_deg0_*` the 8 MiB one's
+  very flows with plane 0 degraded as `ls1024_failed8` is (fabricjax runs it as a failure
+  set);
 - short flows on the 1:1 fat tree: permutations of 64 KiB and 512 KiB flows, and one whose
   flows are 64, 128, 256 or 512 KiB at random;
 - one step of a ring all-reduce of 256 MiB over the 128 hosts of the 1:1 fat tree taken in a
@@ -115,6 +119,14 @@ CASES = {
         128, (64 * KIB, 128 * KIB, 256 * KIB, 512 * KIB), rng), SEEDS, 15),
     "ft128_1os_ring2MB": (128, lambda rng: ring_step(128, 2 * MIB, rng), SEEDS, 16),
     "ft128_1os_a2a_shift": (128, lambda rng: shifted_all_to_all(128, 64 * KIB), SEEDS, 17),
+    # the mission's fabric as built: 8 planes x 100G, each a full-bisection 1,024-host plane
+    # (two seeds: eight planes are eight htsim runs a policy)
+    "mp8_ls1024_perm1MB": (1024, lambda rng: permutation(1024, MIB, rng), SEEDS[:2], 18),
+    "mp8_ls1024_perm8MB": (1024, lambda rng: permutation(1024, 8 * MIB, rng), SEEDS[:2], 19),
+    # the same flows with plane 0 degraded as `ls1024_failed8` is (its planes 1-7 are the
+    # healthy case's runs)
+    "mp8_ls1024_deg0_perm8MB": (1024, lambda rng: permutation(1024, 8 * MIB, rng), SEEDS[:2],
+                                19),
 }
 
 

@@ -67,11 +67,16 @@ topology() {    # case -> topology file [extra flags]
         ft128_4os_*) echo "fat_tree_128_4os.topo" ;;
         ft128_8os_*) echo "fat_tree_128_8os.topo" ;;
         ls1024_failed8_*) echo "leaf_spine_1024.topo -failed 8" ;;
-        ls1024_*|mp*_ls1024_*) echo "leaf_spine_1024.topo" ;;
+        ls1024_*|mp*_ls1024_*) echo "leaf_spine_1024.topo" ;;   # mp*_deg0_*: plane_flags
         ls1024os_failed4_*) echo "leaf_spine_1024_oversub.topo -failed 4" ;;
         ls1024os_*) echo "leaf_spine_1024_oversub.topo" ;;
         *) echo "unknown case $1" >&2; return 1 ;;
     esac
+}
+
+plane_flags() { # case plane -> extra flags of that plane's run: plane 0 of a `mp<P>_ls1024_deg0_*`
+                # case is degraded as ls1024_failed8 is (every leaf's links to spines 0-7 at 25%)
+    if [[ "$1" == mp*_ls1024_deg0_* ]] && [ "$2" -eq 0 ]; then echo "-failed 8"; fi
 }
 
 planes() {      # case -> planes (P of a case named mp<P>_..., else 1)
@@ -147,7 +152,8 @@ if [ ${#CASES[@]} -eq 0 ]; then
            ft128_1os_incast32 single_2MB single_128KB ls1024os_perm1MB
            ls1024os_failed4_perm1MB ft128_1os_a2a mp4_ls1024_perm2MB mp4_ls1024_ring1MB
            ls1024_perm1MB ls1024_failed8_perm1MB ft128_1os_perm64KB ft128_1os_perm512KB
-           ft128_1os_permmix ft128_1os_ring2MB ft128_1os_a2a_shift)
+           ft128_1os_permmix ft128_1os_ring2MB ft128_1os_a2a_shift
+           mp8_ls1024_perm1MB mp8_ls1024_perm8MB mp8_ls1024_deg0_perm8MB)
 fi
 [ -f "$LOGS/walltimes.tsv" ] || \
     printf 'run\twall_s\tcpu_s\tfinished\tstatus\tcommand\n' > "$LOGS/walltimes.tsv"
@@ -221,9 +227,20 @@ for case in "${CASES[@]}"; do
                 logs+=("$log"); [ "$status" = ok ] || ok=0
             else
                 for ((plane = 0; plane < nplanes; plane++)); do
+                    # a healthy plane of a degraded case is its healthy case's run (the same
+                    # per-plane matrix, seed and flags): its log is read, not run again
+                    healthy="$LOGS/${name/_deg0_/_}_p$plane.log"
+                    if [[ "$case" == *_deg0_* ]] && [ "$plane" -gt 0 ] && [ -f "$healthy" ] \
+                        && cmp -s "$HERE/matrices/per_plane/${case}_s$matrix_seed.cm" \
+                                  "$HERE/matrices/per_plane/${case/_deg0_/_}_s$matrix_seed.cm"; then
+                        logs+=("$healthy"); continue
+                    fi
+                    local_extra="$extra"
+                    extra="$extra $(plane_flags "$case" "$plane")"
                     run_one "${name}_p$plane" \
                         "$HERE/matrices/per_plane/${case}_s$matrix_seed.cm" \
                         $((seed * 100 + plane)) "$policy" "$nplanes"
+                    extra="$local_extra"
                     logs+=("$log"); [ "$status" = ok ] || ok=0
                 done
             fi
