@@ -190,6 +190,80 @@ def reference_max_min(links, weights, flow_cap, capacity, *, tol: float = 1e-12)
     return rates, rounds
 
 
+def reference_resending(links, plane, weights, flow_cap, capacity, tolerance, *, planes: int,
+                        congested_share: float, saturated_rtol: float, max_trimmed: float,
+                        rounds: int):
+    """A resending sprayer's goodputs (`solver.maxmin.resending_rates`), spelled out with
+    loops over flows, slots, hops and links in float64 on `reference_max_min`. Returns
+    float64[F]."""
+    links = np.asarray(links)
+    plane = np.asarray(plane)
+    weights = np.asarray(weights, dtype=np.float64)
+    capacity = np.asarray(capacity, dtype=np.float64)
+    num_flows, num_slots, num_hops = links.shape
+    num_links = capacity.shape[0]
+    first_hops = {int(links[f, k, 0]) for f in range(num_flows) for k in range(num_slots)}
+    trimmable = [math.isfinite(capacity[l]) and capacity[l] > 0 and l not in first_hops
+                 for l in range(num_links)]
+
+    def plane_total(split, f, p):
+        return sum(split[f, k] for k in range(num_slots) if plane[f, k] == p)
+
+    def delivered(q):
+        kept = np.zeros_like(weights)
+        for f in range(num_flows):
+            for k in range(num_slots):
+                kept[f, k] = weights[f, k] * (1.0 - max(q[int(links[f, k, h])]
+                                                        for h in range(num_hops)))
+        split = np.zeros_like(weights)
+        for f in range(num_flows):
+            for k in range(num_slots):
+                p = plane[f, k]
+                split[f, k] = kept[f, k] * plane_total(weights, f, p) / max(
+                    plane_total(kept, f, p), 1e-30)
+        return split
+
+    def filled(split, rates, share):
+        load = reference_link_load(links, split, rates, num_links)
+        return [trimmable[l] and load[l] >= capacity[l] * (1 - share) for l in range(num_links)]
+
+    def shares(split, rates, marked):
+        phi = np.zeros((num_flows, num_slots))
+        for f in range(num_flows):
+            for k in range(num_slots):
+                p = plane[f, k]
+                hot = sum(weights[f, j] for j in range(num_slots) if plane[f, j] == p and
+                          any(marked[int(links[f, j, h])] for h in range(num_hops)))
+                phi[f, k] = hot / max(plane_total(weights, f, p), 1e-30)
+        q = np.zeros(num_links)
+        for l in range(num_links):
+            num = den = 0.0
+            for f in range(num_flows):
+                for k in range(num_slots):
+                    for h in range(num_hops):
+                        if int(links[f, k, h]) == l:
+                            num += split[f, k] * rates[f] * phi[f, k]
+                            den += split[f, k] * rates[f]
+            mean = num / max(den, 1e-30)
+            if marked[l] and mean > 0:
+                q[l] = min(tolerance / max(mean, 1e-30), max_trimmed)
+        return q
+
+    rates = reference_max_min(links, weights, flow_cap, capacity)[0]
+    start = filled(weights, rates, congested_share)
+    q = shares(weights, rates, start)
+    for _ in range(rounds):
+        split = delivered(q)
+        rates = reference_max_min(links, split, flow_cap, capacity)[0]
+        marked = [a or b for a, b in zip(filled(split, rates, saturated_rtol), start)]
+        q_next = 0.5 * (q + shares(split, rates, marked))
+        settled = np.max(np.abs(q_next - q)) <= 1e-3
+        q = q_next
+        if settled:
+            break
+    return reference_max_min(links, delivered(q), flow_cap, capacity)[0]
+
+
 # --------------------------------------------------------------------------- ECMP
 
 def ecmp_balls_in_bins_p100(balls: int, bins: int, groups: int, trials: int,

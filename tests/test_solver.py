@@ -26,7 +26,7 @@ from adapters import solve_phase, solve_uniform_phase
 from conftest import TINY_CONFIG, assert_close, scenario_for
 from reference import (
     ecmp_balls_in_bins_exact, ecmp_balls_in_bins_p100, reference_incidence,
-    reference_link_load, reference_max_min,
+    reference_link_load, reference_max_min, reference_resending,
 )
 
 # One compiled solver per input shape: the random cases below come in fixed-shape buckets so
@@ -195,6 +195,78 @@ def test_max_min_matches_reference_on_clos(seed, tiny_fabric):
     assert_max_min_certificate(links, weights, flow_cap, capacity, out.rates)
     no_path = weights.sum(axis=1) == 0
     assert np.all(np.asarray(out.rates)[no_path] == 0.0)
+
+
+# --------------------------------------------------------------------------- resending sprayers
+
+_resending = jax.jit(solver.resending_rates, static_argnames=("planes",))
+
+
+def _resend_reference(ids, plane, weights, flow_cap, capacity, tolerance, planes):
+    return reference_resending(ids, plane, weights, flow_cap, capacity, tolerance,
+                               planes=planes, congested_share=solver.CONGESTED_SHARE,
+                               saturated_rtol=solver.SATURATED_RTOL,
+                               max_trimmed=solver.MAX_TRIMMED_SHARE,
+                               rounds=solver.RESEND_ROUNDS)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_resending_rates_match_reference_random(seed):
+    """The fixed point of `resending_rates` against the same rule spelled out in loops, on
+    arbitrary small cases over two planes."""
+    rng = np.random.default_rng([31, seed])
+    ids, weights, flow_cap, capacity = random_case(rng, flows=6, slots=4, hops=3, links=9)
+    plane = np.tile(np.arange(4) % 2, (6, 1)).astype(np.int32)
+    tolerance = float(rng.choice([0.05, 0.135, 0.3]))
+    out = _resending(ids, plane, weights, flow_cap, capacity, np.float32(tolerance), planes=2)
+    ref = _resend_reference(ids, plane, weights, flow_cap, capacity, tolerance, 2)
+    assert_close(out.rates, ref, dtype=np.float32, atol=1e-3, rtol=2e-3)
+
+
+def test_resending_with_no_tolerance_is_the_fixed_split():
+    rng = np.random.default_rng(5)
+    ids, weights, flow_cap, capacity = random_case(rng, flows=6, slots=4, hops=3, links=9)
+    plane = np.zeros((6, 4), np.int32)
+    out = _resending(ids, plane, weights, flow_cap, capacity, np.float32(0.0), planes=1)
+    fixed = _max_min(ids, weights, flow_cap, capacity, eps=0.0)
+    np.testing.assert_array_equal(np.asarray(out.rates), np.asarray(fixed.rates))
+
+
+def _one_slow_link(flows=4, slots=4, slow=0.25):
+    """Every flow sprays one hop over links 0..slots-1, link 0 at `slow` of the others' 1."""
+    ids = np.tile(np.arange(slots, dtype=np.int32)[None, :, None], (flows, 1, 1))
+    # a first hop of its own per flow (the sender's port, never trimmed, never full)
+    ids = np.concatenate([np.full((flows, slots, 1), slots, np.int32) + np.arange(
+        flows, dtype=np.int32)[:, None, None], ids], axis=2)
+    weights = np.full((flows, slots), 1.0 / slots, np.float32)
+    capacity = np.r_[slow, np.ones(slots - 1), np.full(flows, 100.0), np.inf].astype(np.float32)
+    return ids, weights, np.full(flows, 100.0, np.float32), capacity
+
+
+def test_resending_sprayer_by_hand():
+    """Four flows over four links, one at a quarter speed. The fixed split paces every flow
+    at the slow link's 0.25; a quarter of each flow's packets are there (phi = 1/4), so the
+    link trims q = 0.135 / 0.25 = 0.54 of them: a flow delivers 0.25 x 0.46 = 0.115 there
+    and 0.25 on each fast link, 0.133 and 0.289 of its bytes; the slow link then carries
+    4 x 0.133 g = 0.25, g = 0.470 (the fast ones 4 x 0.289 x 0.470 = 0.54 of theirs)."""
+    ids, weights, flow_cap, capacity = _one_slow_link()
+    plane = np.zeros(weights.shape, np.int32)
+    out = _resending(ids, plane, weights, flow_cap, capacity, np.float32(0.135), planes=1)
+    slow_share = 0.25 * 0.46 / (0.25 * 0.46 + 0.75)
+    np.testing.assert_allclose(np.asarray(out.rates), 0.25 / (4 * slow_share), rtol=1e-4)
+    fixed = _max_min(ids, weights, flow_cap, capacity, eps=0.0)
+    np.testing.assert_allclose(np.asarray(fixed.rates), 0.25, rtol=1e-5)
+
+
+def test_resending_single_path_flows_keep_their_fixed_rates():
+    """A flow whose every packet crosses the congested link (one path) gains nothing: its
+    attempts there are capacity / (1 - q) and q of them are trimmed."""
+    ids, _, flow_cap, capacity = _one_slow_link()
+    weights = np.zeros((4, 4), np.float32)
+    weights[:, 0] = 1.0
+    plane = np.zeros(weights.shape, np.int32)
+    out = _resending(ids, plane, weights, flow_cap, capacity, np.float32(0.135), planes=1)
+    np.testing.assert_allclose(np.asarray(out.rates), 0.25 / 4, rtol=1e-4)
 
 
 def _medium_clos_case(seed):

@@ -257,7 +257,9 @@ def phase_core(policy: Policy, routes, phase: PhaseArrays, plane, choice, state:
                                                    reaction.weights, 0.0))
     flow_cap = phase.flow_cap if reaction.carried is None else phase.flow_cap * reaction.carried
     result = routes.evaluate(plane, reaction.choice, reaction.weights, phase.demand, phase.size,
-                             flow_cap, capacity, alive, eps=eps, max_rounds=max_rounds,
+                             flow_cap, capacity, alive,
+                             resend_tolerance=reaction.resend_tolerance, eps=eps,
+                             max_rounds=max_rounds,
                              tier_bounds=tier_bounds, top_k=top_k, slowest_only=slowest_only,
                              p100_only=p100_only, cohort=cohort, offset=offset,
                              num_cohorts=num_cohorts)
@@ -287,6 +289,7 @@ class Split:
     carried: np.ndarray
     state: dict
     pool: str
+    resend_tolerance: float | None = None   # a resending sprayer's (Reaction.resend_tolerance)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,7 +420,9 @@ def solve_prepared(prepared: PreparedPhase, scenario: Scenario, fabric: AnyFabri
                else np.asarray(reaction.carried[:real]))
     split = Split(plane=prepared.slots.plane[:real], choice=np.asarray(reaction.choice[:real]),
                   weights=np.asarray(reaction.weights[:real]), carried=carried,
-                  state=prepared.slots.state, pool=prepared.pool)
+                  state=prepared.slots.state, pool=prepared.pool,
+                  resend_tolerance=(None if reaction.resend_tolerance is None
+                                    else float(reaction.resend_tolerance)))
     return PhaseOutcome(result=result, slots=prepared.slots.count,
                         fabric_end_s=fabric_end_s(prepared.cohorts, result.cohort_end),
                         hops=prepared.hops, prepared=prepared, split=split, adaptation=adaptation)
@@ -487,14 +492,19 @@ def _split_inputs(outcome: PhaseOutcome, fabric: AnyFabric, alive: np.ndarray | 
 @cached_jit
 def _progressive_program(routes, phase: PhaseArrays, plane, choice, weights, carried, start,
                          alive, capacity, eps, max_rounds, max_events, batch,
-                         give_up_after) -> Progressive:
+                         give_up_after, resend_tolerance) -> Progressive:
     ids, coef = routes.split_incidence(plane, choice, weights)
     capacity_ext = jnp.concatenate([jnp.where(alive, capacity, 0.0), jnp.array([jnp.inf])]
                                    ).astype(jnp.float32)
-    return progressive_completion(ids, coef, phase.size, start, phase.flow_cap * carried,
+    flow_cap = phase.flow_cap * carried
+    # a resending sprayer's rates at every event (None: the fixed split's, one program less)
+    rates = (None if resend_tolerance is None else
+             routes.split_rates(plane, choice, weights, flow_cap, capacity_ext,
+                                resend_tolerance, eps=eps, max_rounds=max_rounds))
+    return progressive_completion(ids, coef, phase.size, start, flow_cap,
                                   capacity_ext, eps=eps, max_rounds=max_rounds,
                                   max_events=max_events, batch=batch,
-                                  give_up_after=give_up_after)
+                                  give_up_after=give_up_after, rates=rates)
 
 
 def simulate_progressive(scenario: Scenario, fabric: AnyFabric, outcome: PhaseOutcome,
@@ -512,8 +522,10 @@ def simulate_progressive(scenario: Scenario, fabric: AnyFabric, outcome: PhaseOu
     args = jax.device_put((start, fabric.capacity, np.float32(cfg.eps),
                            np.int32(cfg.max_rounds), np.int32(cfg.max_events),
                            np.float32(cfg.event_batch), np.int32(progressive_give_up(scenario))))
-    out = jax.device_get(_progressive_program(routes, arrays, plane, choice, weights, carried,
-                                              args[0], alive_dev, *args[1:]))
+    tolerance = outcome.split.resend_tolerance
+    out = jax.device_get(_progressive_program(
+        routes, arrays, plane, choice, weights, carried, args[0], alive_dev, *args[1:],
+        None if tolerance is None else np.float32(tolerance)))
     real = flows.num_flows
     return out._replace(finish=out.finish[:real], duration=out.duration[:real])
 

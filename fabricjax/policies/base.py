@@ -122,7 +122,9 @@ class Reaction(NamedTuple):
     gap). trace: float32[T] P100 after each iteration (mrc), or None. speeds, final_speed:
     an adapting policy's clock record when `react` was asked for one (`clock_rows`): each
     flow's speed in the sets it passed through, float32[R + 1, F], and in the set it returned,
-    float32[F] (`policies.mrc.MrcResult`); else None."""
+    float32[F] (`policies.mrc.MrcResult`); else None. resend_tolerance: float32 scalar for a
+    sprayer that resends what congested EVs trim (`solver.maxmin.resending_rates`: the share
+    of its packets trimmed where its window settles), or None for a split held as given."""
 
     choice: jax.Array
     weights: jax.Array
@@ -133,6 +135,7 @@ class Reaction(NamedTuple):
     trace: jax.Array | None = None
     speeds: jax.Array | None = None
     final_speed: jax.Array | None = None
+    resend_tolerance: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)

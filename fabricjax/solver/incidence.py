@@ -41,7 +41,8 @@ import numpy as np
 
 from fabricjax.fabric.clos import ClosGeometry
 from fabricjax.fabric.paths import clos_path_links, fabric_hops_alive
-from fabricjax.solver.maxmin import (PhaseResult, equal_live_split, evaluate_split,
+from fabricjax.solver.maxmin import (PhaseResult, Resend, equal_live_split, evaluate_split,
+                                     delivered_split, max_min_rates, resending_shares,
                                      uniform_live_split)
 
 if TYPE_CHECKING:    # jax.experimental.sparse pulls in scipy: loaded by the one function
@@ -91,12 +92,46 @@ class RoutesMixin:
         return self.incidence(plane, choice, self.slot_links(plane, choice), weights)
 
     def evaluate(self, plane, choice, weights, demand, size_bytes, flow_cap, capacity, alive,
-                 **settings) -> PhaseResult:
+                 resend_tolerance=None, **settings) -> PhaseResult:
         """`solver.maxmin.evaluate_split` of a split over the slots (settings: its keyword
-        arguments)."""
-        ids, coef = self.split_incidence(plane, choice, weights)
+        arguments); with `resend_tolerance` (a traced scalar) the rates are a resending
+        sprayer's (`solver.maxmin.resending_rates`)."""
+        if resend_tolerance is None:
+            ids, coef = self.split_incidence(plane, choice, weights)
+            return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive,
+                                  **settings)
+        links = self.slot_links(plane, choice)
+        ids, coef = self.incidence(plane, choice, links, weights)
         return evaluate_split(ids, coef, demand, size_bytes, flow_cap, capacity, alive,
-                              **settings)
+                              resend=Resend(links, plane, weights, resend_tolerance),
+                              planes=self.planes, **settings)
+
+    def split_rates(self, plane, choice, weights, flow_cap, capacity_ext, resend_tolerance,
+                    *, eps, max_rounds):
+        """A function of an active mask bool[F] that gives the max-min rates (`MaxMin`) of
+        the active flows on this split, capacity_ext float[L+1] (a resending sprayer's with
+        `resend_tolerance`: the max-min rates on `solver.maxmin.delivered_split` of the
+        trimmed shares the whole phase settles at; else the fixed split's): what the progressive simulation re-solves at
+        every event."""
+        links = self.slot_links(plane, choice)
+        ids, coef = self.incidence(plane, choice, links, weights)
+        if resend_tolerance is not None:
+            # the links' trimmed shares as they settle with every flow sending, held for the
+            # phase: each event is then one max-min solve, not a fixed point
+            q, _ = resending_shares(links, plane, weights, flow_cap, capacity_ext,
+                                    resend_tolerance, planes=self.planes, eps=eps,
+                                    max_rounds=max_rounds)
+            delivered = delivered_split(links, plane, weights, q, self.planes)
+
+        def rates(active):
+            # inactive flows get no weight, so the solver sees no path and freezes them at 0
+            on = active[:, None].astype(coef.dtype)
+            if resend_tolerance is None:
+                return max_min_rates(ids, coef * on, flow_cap, capacity_ext, eps=eps,
+                                     max_rounds=max_rounds)
+            return max_min_rates(links, delivered * on, flow_cap, capacity_ext, eps=eps,
+                                 max_rounds=max_rounds)
+        return rates
 
     def choice_alive_lookup(self, plane, alive_ext):
         """A function of `choice` equal to `choice_alive(plane, choice, alive_ext)`, for one

@@ -49,6 +49,17 @@ def equal_live_split(path_alive: jax.Array) -> jax.Array:
     return live / jnp.maximum(live.sum(axis=1, keepdims=True), 1.0)
 
 
+class Resend(NamedTuple):
+    """What `resending_rates` needs beyond the incidence (see there): the split's slots hop by
+    hop int32[F, K, H], their planes int32[F, K], the weights float32[F, K] and the tolerance
+    (a traced scalar)."""
+
+    slot_links: jax.Array
+    slot_plane: jax.Array
+    weights: jax.Array
+    tolerance: jax.Array
+
+
 class MaxMin(NamedTuple):
     rates: jax.Array      # float[F] Gbit/s
     rounds: jax.Array     # int32 scalar
@@ -136,6 +147,146 @@ def max_min_rates(links: jax.Array, weights: jax.Array, flow_cap: jax.Array,
     rates, frozen, _, _, _, rounds = jax.lax.while_loop(cond, body, init)
     status = jnp.where(jnp.all(frozen), OK, ROUND_LIMIT).astype(jnp.int32)
     return MaxMin(rates=rates, rounds=rounds, status=status)
+
+
+# A resending sprayer lets a link take at most this many times its capacity in attempts (a
+# trimmed share of 90%): beyond it the link is as good as gone and its EVs' bytes go elsewhere.
+MAX_TRIMMED_SHARE = 0.9
+# A link whose load is within this share of its capacity counts as saturated.
+SATURATED_RTOL = 1e-3
+# Rounds of `resending_rates`'s fixed point at most (each a max-min solve).
+RESEND_ROUNDS = 6
+# A link within this share of full at the rates of a round is congested in the next: the
+# sprayers' windows, rising while their congested EVs resend, fill it.
+CONGESTED_SHARE = 0.25
+
+
+def resending_rates(slot_links: jax.Array, slot_plane: jax.Array, weights: jax.Array,
+                    flow_cap: jax.Array, capacity: jax.Array, tolerance: jax.Array | float, *,
+                    planes: int, eps: jax.Array | float = 0.0,
+                    max_rounds: jax.Array | int = 10_000) -> MaxMin:
+    """Max-min goodputs of oblivious sprayers that resend what a congested path trims.
+
+    An oblivious sprayer sends the same share of its packets on every live EV, whatever each
+    EV's path delivers. With that split fixed (`max_min_rates`) the flow moves at the pace of
+    its slowest EV: on a link with a quarter of its capacity the flow's share there fixes its
+    whole rate. A sprayer with packet trimming does better: the congested queue trims what it
+    cannot hold, the sender resends those packets on its next EVs, and its window shrinks
+    only with the share of its packets that come back trimmed. The equilibrium modelled: each
+    flow's window settles where a share `tolerance` of its packets (on each plane it sprays:
+    one window per plane, as the calibration's htsim runs each plane) is trimmed, and what a
+    slot delivers is its share less what its most congested hop trims, the rest arriving on
+    the flow's other slots (whose links carry it: the resends are charged).
+
+    `resending_shares` finds the links' trimmed shares q; the goodputs are then the max-min
+    rates on the split each flow delivers, weights x (1 - q at the slot's most trimming
+    hop), renormalised (`delivered_split`). A flow whose every slot is congested (one path,
+    or every EV) keeps the equal split; one with a few congested EVs moves its bytes to the
+    others, as far as their links allow.
+
+    slot_links int32[F, K, H] and slot_plane int32[F, K]: the split's slots hop by hop
+    (sentinel-padded), on planes 0..planes-1 (static); weights float32[F, K]; capacity
+    float[L+1] (0 dead, inf on the sentinel); tolerance: a traced scalar (0: the equal
+    split's rates, exactly)."""
+    q, rounds = resending_shares(slot_links, slot_plane, weights, flow_cap, capacity,
+                                 tolerance, planes=planes, eps=eps, max_rounds=max_rounds)
+    out = max_min_rates(slot_links, delivered_split(slot_links, slot_plane, weights, q, planes),
+                        flow_cap, capacity, eps=eps, max_rounds=max_rounds)
+    return out._replace(rounds=out.rounds + rounds)
+
+
+def delivered_split(slot_links: jax.Array, slot_plane: jax.Array, weights: jax.Array,
+                    q: jax.Array, planes: int) -> jax.Array:
+    """float[F, K]: the share of each flow's bytes each slot delivers when its links trim the
+    shares q float[L+1]: weights x (1 - q at the slot's most trimming hop; the first
+    congested queue trims, the next sees what is left), renormalised within each plane to
+    the plane's share (the resends stay on the plane)."""
+    kept = weights * (1.0 - jnp.max(q[slot_links], axis=-1))
+    scale = (_plane_sums(weights, slot_plane, planes) /
+             jnp.maximum(_plane_sums(kept, slot_plane, planes), 1e-30))
+    return kept * jnp.take_along_axis(scale, slot_plane.astype(jnp.int32), axis=1)
+
+
+def _trimmable(slot_links: jax.Array, capacity: jax.Array) -> jax.Array:
+    """bool[L+1]: links that can trim a sprayer's packets: finite, alive, and never a
+    sender's first hop (its own port paces its packets and trims none)."""
+    first_hop = jnp.zeros(capacity.shape[0], bool).at[slot_links[:, :, 0].reshape(-1)].set(True)
+    return jnp.isfinite(capacity) & (capacity > 0) & ~first_hop
+
+
+def resending_shares(slot_links, slot_plane, weights, flow_cap, capacity, tolerance, *,
+                     planes: int, eps=0.0, max_rounds=10_000):
+    """(q float[L+1], max-min rounds): the share of what reaches it each link trims where the
+    sprayers' windows settle (`resending_rates`), 0 off the congested links.
+
+    A fixed point of max-min solves. The first, on the equal split, marks the congested
+    links: those within CONGESTED_SHARE of full (the windows that rise while their congested
+    EVs resend fill them), never a sender's first hop. Per flow and plane, `phi` is the
+    share of its packets on slots that cross a congested link, and a congested link trims
+    q = tolerance / (the load-weighted mean `phi` of the slots through it), at most
+    MAX_TRIMMED_SHARE: a flow's trimmed share is then the tolerance. Each further round
+    solves on the delivered split, marks the links it fills (with the first round's) and
+    moves q halfway to the shares they give (undamped, the map swings between two states),
+    until q settles or RESEND_ROUNDS."""
+    tolerance = jnp.asarray(tolerance, jnp.float32)
+    num_segments = capacity.shape[0]
+    finite = _trimmable(slot_links, capacity)
+    plane_weight = _plane_sums(weights, slot_plane, planes)
+
+    def trimmed_shares(split, rates, congested):
+        # per slot: crosses a congested link; per (flow, plane): the share of its packets there
+        slot_hot = jnp.any(congested[slot_links], axis=-1)
+        plane_hot = _plane_sums(weights * slot_hot, slot_plane, planes)
+        phi = jnp.take_along_axis(plane_hot / jnp.maximum(plane_weight, 1e-30),
+                                  slot_plane.astype(jnp.int32), axis=1)
+        # per link: the load-weighted mean phi of the slots through it
+        entry_load = jnp.broadcast_to((split * rates[:, None])[:, :, None],
+                                      slot_links.shape).reshape(-1)
+        entry_phi = jnp.broadcast_to(phi[:, :, None], slot_links.shape).reshape(-1)
+        sums = jax.ops.segment_sum(jnp.stack([entry_load, entry_load * entry_phi], axis=1),
+                                   slot_links.reshape(-1), num_segments=num_segments)
+        mean_phi = sums[:, 1] / jnp.maximum(sums[:, 0], 1e-30)
+        return jnp.where(congested & (mean_phi > 0),
+                         jnp.minimum(tolerance / jnp.maximum(mean_phi, 1e-30),
+                                     MAX_TRIMMED_SHARE), 0.0)
+
+    def filled(split, rates, share):
+        load = link_load(slot_links, split, rates, num_segments)
+        return finite & (load >= capacity * (1.0 - share))
+
+    def solve(q):
+        split = delivered_split(slot_links, slot_plane, weights, q, planes)
+        return split, max_min_rates(slot_links, split, flow_cap, capacity, eps=eps,
+                                    max_rounds=max_rounds)
+
+    first = max_min_rates(slot_links, weights, flow_cap, capacity, eps=eps,
+                          max_rounds=max_rounds)
+    start = filled(weights, first.rates, CONGESTED_SHARE)
+    q = trimmed_shares(weights, first.rates, start)
+
+    def cond(state):
+        _, changed, rounds, _ = state
+        return changed & (rounds < RESEND_ROUNDS)
+
+    def body(state):
+        q, _, rounds, total = state
+        split, mm = solve(q)
+        congested = filled(split, mm.rates, SATURATED_RTOL) | start
+        q_next = 0.5 * (q + trimmed_shares(split, mm.rates, congested))
+        return q_next, jnp.max(jnp.abs(q_next - q)) > 1e-3, rounds + 1, total + mm.rounds
+
+    q, _, _, total = jax.lax.while_loop(cond, body, (q, jnp.bool_(True), jnp.int32(0),
+                                                     first.rounds))
+    return q, total
+
+
+def _plane_sums(values: jax.Array, slot_plane: jax.Array, planes: int) -> jax.Array:
+    """float[F, P]: values float[F, K] summed over each flow's slots of each plane."""
+    num_flows = values.shape[0]
+    segment = (jnp.arange(num_flows, dtype=jnp.int32)[:, None] * planes +
+               slot_plane.astype(jnp.int32)).reshape(-1)
+    return jax.ops.segment_sum(values.reshape(-1), segment,
+                               num_segments=num_flows * planes).reshape(num_flows, planes)
 
 
 def slowest_rate(links: jax.Array, weights: jax.Array, flow_cap: jax.Array,
@@ -313,8 +464,8 @@ class PhaseResult(NamedTuple):
 
 def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive, *,
                    eps, max_rounds, tier_bounds, top_k, slowest_only=False,
-                   p100_only=False, cohort=None, offset=None, num_cohorts: int = 1
-                   ) -> PhaseResult:
+                   p100_only=False, cohort=None, offset=None, num_cohorts: int = 1,
+                   resend: Resend | None = None, planes: int = 1) -> PhaseResult:
     """Loads, utilisation statistics, max-min rates and phase time for a given split.
 
     capacity, alive: [L] for the real links (the sentinel is appended here). size_bytes: the
@@ -324,7 +475,10 @@ def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive
     `slowest_only` (static; only for flows that all send the same bytes): skip the max-min
     rounds and take the phase time from `slowest_rate`, which is then exact; `rates` holds that
     slowest rate for every flow with a path (a lower bound on each flow's own rate).
-    `p100_only` (static): `stats` holds the P100s alone ([1 + tiers, 1]; see link_statistics)."""
+    `p100_only` (static): `stats` holds the P100s alone ([1 + tiers, 1]; see link_statistics).
+    `resend`: the rates are a resending sprayer's goodputs (`resending_rates`, over `planes`,
+    static; `slowest_only` then does not apply); the loads and utilisations stay the split's
+    offered load."""
     num_links = capacity.shape[0]
     cap_ext = jnp.concatenate([jnp.where(alive, capacity, 0.0), jnp.array([jnp.inf])])
     load = link_load(links, weights, demand, num_links + 1)[:num_links]
@@ -337,7 +491,11 @@ def evaluate_split(links, weights, demand, size_bytes, flow_cap, capacity, alive
     stats = link_statistics(utilisation, usable, tier_bounds, p100_only, ordered)
     top_util, top_links = jax.lax.top_k(jnp.where(usable, utilisation, -jnp.inf), top_k)
 
-    if slowest_only:
+    if resend is not None:
+        mm = resending_rates(resend.slot_links, resend.slot_plane, resend.weights, flow_cap,
+                             cap_ext, resend.tolerance, planes=planes, eps=eps,
+                             max_rounds=max_rounds)
+    elif slowest_only:
         rate, has_path = slowest_rate(links, weights, flow_cap, cap_ext)
         mm = MaxMin(rates=jnp.where(has_path, rate, 0.0), rounds=jnp.int32(1),
                     status=jnp.int32(OK))

@@ -21,13 +21,13 @@ so a few may also come out slightly early).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from fabricjax.core.status import Status
-from fabricjax.solver.maxmin import GBIT_PER_BYTE, max_min_rates
+from fabricjax.solver.maxmin import GBIT_PER_BYTE, MaxMin, max_min_rates
 
 OK, STALLED, EVENT_LIMIT = int(Status.OK), int(Status.STALLED), int(Status.EVENT_LIMIT)
 SKIPPED = int(Status.SKIPPED)
@@ -161,7 +161,8 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
                            start_s: jax.Array, flow_cap: jax.Array, capacity_ext: jax.Array, *,
                            eps: jax.Array | float, max_rounds: jax.Array | int,
                            max_events: jax.Array | int, batch: jax.Array | float,
-                           give_up_after: jax.Array | int = 0) -> Progressive:
+                           give_up_after: jax.Array | int = 0,
+                           rates: Callable[[jax.Array], MaxMin] | None = None) -> Progressive:
     """Finish time of every flow when rates are re-solved at every completion and arrival.
 
     links, weights: as `solver.max_min_rates` takes them (int32[F, K, H] link ids with
@@ -172,7 +173,9 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
         loop; if reached, the unfinished flows are extrapolated from one last solve in which all
         of them (pending arrivals included) share the fabric from their start or now, whichever
         is later. batch >= 0: see the module docstring; 0 is exact. give_up_after: see the
-        module docstring (0: never).
+        module docstring (0: never). rates: a function of the active mask bool[F] that solves
+        the rates instead (`incidence.RoutesMixin.split_rates`: a resending sprayer's); None:
+        `max_min_rates` on links, weights.
     """
     f32 = jnp.float32
     size_bytes = jnp.asarray(size_bytes, f32)
@@ -187,6 +190,8 @@ def progressive_completion(links: jax.Array, weights: jax.Array, size_bytes: jax
     sending = bits > 0
 
     def solve(active):
+        if rates is not None:
+            return rates(active)
         # inactive flows get no weight, so the solver sees no path and freezes them at 0 at once
         return max_min_rates(links, weights * active[:, None].astype(weights.dtype), flow_cap,
                              capacity_ext, eps=eps, max_rounds=max_rounds)
