@@ -236,7 +236,7 @@ def resending_shares(slot_links, slot_plane, weights, flow_cap, capacity, tolera
     def trimmed_shares(split, rates, congested):
         # per slot: crosses a congested link; per (flow, plane): the share of its packets there
         slot_hot = jnp.any(congested[slot_links], axis=-1)
-        plane_hot = _plane_sums(weights * slot_hot, slot_plane, planes)
+        plane_hot = _plane_sums(weights * slot_hot.astype(weights.dtype), slot_plane, planes)
         phi = jnp.take_along_axis(plane_hot / jnp.maximum(plane_weight, 1e-30),
                                   slot_plane.astype(jnp.int32), axis=1)
         # per link: the load-weighted mean phi of the slots through it
