@@ -115,12 +115,17 @@ def test_quickstart_mrc_converges_below_spray(quickstart_report):
 def test_slowdown_is_the_p100_when_every_flow_offers_line_rate(quickstart_report):
     """Every flow offers its NIC rate D, so the slowest max-min rate is D / max(1, P100) and
     completion / line rate = max(1, P100) exactly (no latency, no headers); a permutation and
-    a ring load no NIC more than it sends, so the fabric's share is the same figure."""
+    a ring load no NIC more than it sends, so the fabric's share is the same figure. Spraying's
+    rates are a resending sprayer's (its trims ride its other EVs), so its slowdown is at most
+    that bound and at least 1: the P100 is of the load it offers, not of what arrives."""
     for r in quickstart_report.records:
         assert r.status == "ok" and r.stalled_flows == 0
-        assert r.slowdown == pytest.approx(max(1.0, r.p100_utilisation), rel=1e-5)
         assert r.fabric_slowdown == pytest.approx(r.slowdown, rel=1e-6)
         assert r.endpoint_bound_s == pytest.approx(r.line_rate_s, rel=1e-6)
+        if r.policy == "spray":
+            assert 1.0 <= r.slowdown <= max(1.0, r.p100_utilisation) * (1 + 1e-5)
+            continue
+        assert r.slowdown == pytest.approx(max(1.0, r.p100_utilisation), rel=1e-5)
         assert r.min_rate_gbps == pytest.approx(800.0 / max(1.0, r.p100_utilisation), rel=1e-5)
 
 
