@@ -108,27 +108,19 @@ class RoutesMixin:
 
     def split_rates(self, plane, choice, weights, flow_cap, capacity_ext, resend_tolerance,
                     *, eps, max_rounds):
-        """A function of an active mask bool[F] that gives the max-min rates (`MaxMin`) of
-        the active flows on this split, capacity_ext float[L+1] (a resending sprayer's with
-        `resend_tolerance`: the max-min rates on `solver.maxmin.delivered_split` of the
-        trimmed shares the whole phase settles at; else the fixed split's): what the progressive simulation re-solves at
-        every event."""
+        """A resending sprayer's rates on this split as a function of an active mask bool[F]
+        (what the progressive simulation re-solves at every event): the max-min rates
+        (`MaxMin`) on `solver.maxmin.delivered_split` of the trimmed shares the phase settles
+        at with every flow sending, held for the phase so that each event is one solve."""
         links = self.slot_links(plane, choice)
-        ids, coef = self.incidence(plane, choice, links, weights)
-        if resend_tolerance is not None:
-            # the links' trimmed shares as they settle with every flow sending, held for the
-            # phase: each event is then one max-min solve, not a fixed point
-            q, _ = resending_shares(links, plane, weights, flow_cap, capacity_ext,
-                                    resend_tolerance, planes=self.planes, eps=eps,
-                                    max_rounds=max_rounds)
-            delivered = delivered_split(links, plane, weights, q, self.planes)
+        q, _ = resending_shares(links, plane, weights, flow_cap, capacity_ext,
+                                resend_tolerance, planes=self.planes, eps=eps,
+                                max_rounds=max_rounds)
+        delivered = delivered_split(links, plane, weights, q, self.planes)
 
         def rates(active):
             # inactive flows get no weight, so the solver sees no path and freezes them at 0
-            on = active[:, None].astype(coef.dtype)
-            if resend_tolerance is None:
-                return max_min_rates(ids, coef * on, flow_cap, capacity_ext, eps=eps,
-                                     max_rounds=max_rounds)
+            on = active[:, None].astype(delivered.dtype)
             return max_min_rates(links, delivered * on, flow_cap, capacity_ext, eps=eps,
                                  max_rounds=max_rounds)
         return rates
