@@ -130,3 +130,49 @@ def test_the_api_gives_the_time_series_of_the_strike():
     with pytest.raises(KeyError):
         analysis.dynamic_series("optimal", "perm")
 
+
+
+def slow_plane_report():
+    """32 GPUs on 2 planes, every T0's uplinks on plane 0 at 25%: no EV of plane 0 escapes
+    the slow cables, and every flow of the permutation leaves its T0."""
+    names = [f"plane0/t0-{t}/up{s}" for t in range(8) for s in range(4)]
+    return analyze(parse_scenario({
+        "name": "slow-plane", "seed": 7,
+        "fabric": {"gpus": 32, "planes": 2, "port_gbps": "100G", "radix": 8},
+        "workload": [{"name": "perm", "collective": "permutation", "size": "4MiB",
+                      "shift": 4}],
+        "policies": ["spray", "mrc"], "solver": {"model": "dynamic"},
+        "failures": {"samples": 1, "degraded": {"names": names, "factor": 0.25}}}))
+
+
+def test_a_degraded_plane_paces_its_share_of_every_flow():
+    """One window per plane: a flow's bytes stay on their planes (its trims are resent on its
+    EVs of the same plane), so the slow plane's half of 4 MiB at 25 Gbit/s sets the pace,
+    where one window over both planes would move them to the fast plane and end in about
+    4 MiB at 125 Gbit/s."""
+    report = slow_plane_report()
+    half_at_a_quarter = 2 * 2**20 / (0.25 * 100e9 / 8)
+    for rec in report.failures.records:
+        dyn = rec["dynamic"]
+        assert dyn["status"] == "ok", rec["policy"]
+        assert dyn["completion_s"] >= 0.95 * half_at_a_quarter, rec["policy"]
+        assert dyn["completion_s"] <= 1.5 * half_at_a_quarter, rec["policy"]
+
+
+def test_a_plane_lost_mid_phase_hands_its_bytes_to_the_flows_other_planes():
+    """GPU 0's port on plane 0 dies 20 us into the phase: its flows' plane-0 connections have
+    no live path, and once the policy reacts their bytes left move to plane 1 (the flows
+    finish, none stalls); under routing's reaction spraying waits for it, mrc does not."""
+    report = analyze(parse_scenario({
+        **raw(at_s=AT_S),
+        "failures": {"samples": 1, "nic_ports": {"names": ["plane0/gpu0"]}, "at_s": AT_S,
+                     "reconvergence_s": 1e-3}}))
+    healthy = {r.policy: r.dynamic for r in report.records}
+    hit = {r["policy"]: r["dynamic"] for r in report.failures.records}
+    for policy in ("spray", "mrc"):
+        dyn = hit[policy]
+        assert dyn["status"] == "ok" and dyn["stalled_flows"] == 0, policy
+        assert dyn["completion_s"] > healthy[policy]["completion_s"], policy
+        assert dyn["blackholed_bytes"] > 0, policy
+    assert hit["spray"]["completion_s"] >= AT_S + 1e-3
+    assert hit["mrc"]["completion_s"] < AT_S + 1e-3

@@ -189,7 +189,8 @@ class _Sending(NamedTuple):
     """What the device simulates of one phase, on the host (numpy): per sender (a flow, or
     each slot of a flow whose slots are connections of their own) its slots' link ids
     int32[F', K', H], shares and liveness, wire bytes, start (s from the phase's first),
-    source GPU, base RTT and window cap; and the rate NSCC's constants scale with."""
+    source (a GPU's NIC, or its port of one plane: `nic`, bytes/s per source), base RTT and
+    window cap; and the rate NSCC's constants scale with."""
 
     links: np.ndarray
     share: np.ndarray
@@ -200,6 +201,7 @@ class _Sending(NamedTuple):
     base: np.ndarray
     max_window: np.ndarray
     conn_rate: float
+    nic: np.ndarray
 
 
 def _split_in_time(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
@@ -269,7 +271,62 @@ def _as_connections(sending: _Sending, link_gbps: np.ndarray, flow_nic: np.ndarr
         src=expand(sending.src), base=expand(base),
         max_window=(1.5 * base[:, None] * np.minimum(slot_rate, flow_nic[:, None])
                     ).reshape(-1),
-        conn_rate=float(np.median(used)) if used.size else sending.conn_rate)
+        conn_rate=float(np.median(used)) if used.size else sending.conn_rate,
+        nic=sending.nic)
+
+
+def plane_windows(policy: Policy, fabric: AnyFabric) -> bool:
+    """Whether a flow runs one connection per plane (module `_per_plane`): every policy whose
+    slots are not each a connection already (ECMP's QPs are hashed per plane), on a fabric
+    of several planes."""
+    return policy.feedback != "connections" and fabric.planes > 1
+
+
+def plane_groups(plane: np.ndarray, planes: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(row int64[F, K], col int64[F, K], width): where each slot of a flow lands when the
+    flow's slots are regrouped a plane per row (row f x planes + its plane, `col` its rank
+    among the flow's slots of that plane, in slot order), and the most slots a plane has."""
+    num_flows, num_slots = plane.shape
+    onehot = plane[..., None] == np.arange(planes)                  # [F, K, P]
+    rank = np.cumsum(onehot, axis=1) - 1
+    col = np.take_along_axis(rank, plane[..., None].astype(np.int64), axis=2)[..., 0]
+    row = np.arange(num_flows)[:, None] * planes + plane
+    width = int(onehot.sum(1).max(initial=1))
+    return row.astype(np.int64), col.astype(np.int64), max(width, 1)
+
+
+def _per_plane(sending: _Sending, plane: np.ndarray, planes: int, sentinel: int,
+               groups: tuple[np.ndarray, np.ndarray, int] | None = None) -> _Sending:
+    """Each flow's slots of one plane as a connection of their own (one NSCC window per plane,
+    as the calibration's htsim runs a plane at a time and as its window is bounded by one
+    port's BDP): the plane's share of the flow's bytes (its slots' shares, so a plane with
+    no live slot carries none), its slots' shares renormalised within the plane, its GPU's
+    port of that plane as its NIC (the GPU's NIC over `planes` ports, each port's round
+    robin its own) and a window cap of 1.5 BDP at the port's rate. Connections are flow-major
+    (flow f's plane p is row f x planes + p), so the flow ends with its slowest plane."""
+    links, share, live = sending.links, sending.share, sending.live
+    num_flows, _, hops = links.shape
+    row, col, width = plane_groups(plane, planes) if groups is None else groups
+    rows = num_flows * planes
+    new_links = np.full((rows, width, hops), sentinel, links.dtype)
+    new_links[row, col] = links
+    new_share = np.zeros((rows, width))
+    new_share[row, col] = share
+    new_live = np.zeros((rows, width), bool)
+    new_live[row, col] = live
+    carried = new_share.sum(1)
+    new_share = new_share / np.maximum(carried, 1e-30)[:, None]
+    port = sending.nic / planes
+
+    def expand(a):
+        return np.repeat(a, planes, axis=0)
+
+    src = expand(sending.src) * planes + np.tile(np.arange(planes), num_flows)
+    return _Sending(
+        links=new_links, share=new_share, live=new_live, size=expand(sending.size) * carried,
+        start=expand(sending.start), src=src, base=expand(sending.base),
+        max_window=1.5 * expand(sending.base) * port[expand(sending.src)],
+        conn_rate=float(np.median(port)), nic=np.repeat(port, planes))
 
 
 def _link_settings(scenario: Scenario, fabric: AnyFabric, alive_mask: np.ndarray,
@@ -420,13 +477,30 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
     connections = policy.feedback == "connections"
     if connections:
         after = _as_connections(after, np.asarray(failure.capacity, np.float64), flow_nic)
+    elif plane_windows(policy, fabric):
+        after = _per_plane(after, slots.plane, fabric.planes, num_links)
     alive_ext = np.r_[failure.alive, True]
     path_after = np.all(alive_ext[after.links], axis=-1)
-    doomed = (before.size > 0) & ~np.any(path_after & (after.share > 0), axis=1)
+    reaches = np.any(path_after & (after.share > 0), axis=1)
+    doomed = (before.size > 0) & ~reaches
     # a sender whose every used slot died sends into the void until the policy reacts
     path_before = np.all(alive_ext[before.links], axis=-1)
     blind = (before.size > 0) & ~np.any(path_before & (before.share > 0), axis=1)
     per_flow = before.size.shape[0] // flows.num_flows
+    group = np.repeat(np.arange(flows.num_flows), per_flow)
+    inherit = np.zeros(before.size.shape[0])
+    orphan = np.zeros(before.size.shape[0], bool)
+    if plane_windows(policy, fabric):
+        # a plane the flow has no live path on after the reaction hands its bytes left to
+        # the flow's other planes, in the shares the reaction gives them: the sender moves
+        # them (spraying's withdrawn EVs, mrc's retired ones); the flow stalls only where no
+        # plane is left
+        weight = np.where(reaches, after.size, 0.0)
+        total = np.bincount(group, weight, minlength=flows.num_flows)
+        lost = ~(total > 0)
+        inherit = weight / np.maximum(total[group], 1e-30)
+        orphan = doomed & ~lost[group]
+        doomed = doomed & lost[group]
     doomed_flow = doomed.reshape(flows.num_flows, per_flow).any(1)
     pair_after, pair_link_after = flow_link_pairs(after.links, num_links)
     _, (capacity, buffer, kmin, kmax, _) = _link_settings(
@@ -442,7 +516,8 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
         links_after=after.links.astype(np.int32),
         pair_after=(pair_after + pair_link.size).astype(np.int32),
         share_after=after.share.astype(f32), live_after=after.live.astype(bool),
-        doomed=doomed)
+        doomed=doomed, group=group.astype(np.int32), orphan=orphan,
+        inherit=inherit.astype(f32))
     return _StrikeInputs(strike=strike,
                          pair_link=np.r_[pair_link, pair_link_after].astype(np.int32),
                          doomed_flow=doomed_flow,
@@ -494,11 +569,17 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     # connection over all its ports)
     sending = _Sending(links=links, share=share, live=live, size=size,
                        start=relative_starts(flows), src=flows.src, base=base,
-                       max_window=1.5 * base * nic[flows.src], conn_rate=float(np.median(nic)))
+                       max_window=1.5 * base * nic[flows.src], conn_rate=float(np.median(nic)),
+                       nic=nic)
     connections = policy.feedback == "connections"
     flow_level = sending
+    per_flow = 1
     if connections:
         sending = _as_connections(sending, link_gbps, nic[flows.src])
+        per_flow = num_slots
+    elif plane_windows(policy, fabric):
+        sending = _per_plane(sending, slots.plane, fabric.planes, num_links)
+        per_flow = fabric.planes
     bdp_pkts, (capacity, buffer, kmin, kmax, multiplexed) = _link_settings(
         scenario, fabric, alive_mask, network_rtt, link_gbps)
     pair, pair_link = flow_link_pairs(sending.links, num_links)
@@ -521,19 +602,19 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
 
     args = jax.device_put((
         sending.links, sending.share.astype(f32), sending.live, sending.size.astype(f32),
-        sending.start.astype(f32), sending.src.astype(np.int32), nic.astype(f32),
+        sending.start.astype(f32), sending.src.astype(np.int32), sending.nic.astype(f32),
         sending.base.astype(f32), sending.max_window.astype(f32), ext(capacity, np.inf),
         ext(buffer, np.inf), ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0), pair,
         pair_link,
         DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
                         for name, v in zip(DynamicParams._fields, params)))))
     ev_rule = MRC_EV_RULE if policy.feedback == "recycle" else "fixed"
-    out = jax.device_get(_run(*args[:7], fabric.gpus, *args[7:],
+    out = jax.device_get(_run(*args[:7], int(sending.nic.shape[0]), *args[7:],
                               None if timed is None else jax.device_put(timed.strike),
                               edges.astype(np.int32), ev_rule=ev_rule, lag=lag,
                               ack_lag=ack_lag))
     return _outcome(out, scenario, flows, flow_h, sending.size, capacity, alive_mask, params,
-                    static, num_slots if connections else 1, stalled, edges,
+                    static, per_flow, stalled, edges,
                     stall_s=0.0 if timed is None else timed.stall_s,
                     doomed=None if timed is None else timed.doomed_flow)
 

@@ -187,7 +187,12 @@ class Strike(NamedTuple):
     its queue scaled with it). From `react` on the flows run on links_after int32[F, K, H],
     pair_after int32[F, K, H] (into the same `pair_link`), share_after float32[F, K] and
     live_after bool[F, K]: the split the policy settles on after the failure. doomed: bool[F]
-    flows with no live path after it (they stall; the run ends without them)."""
+    flows with no live path after it (they stall; the run ends without them). group:
+    int32[F] the flow each sender belongs to (a flow's planes or QPs are senders of their
+    own); orphan: bool[F] senders left with no live path while their flow has others, and
+    inherit: float32[F] each sender's share of its flow's orphans' bytes: at `react` the
+    orphans hand what they have left to their flow's other senders in those shares (the
+    sender moves a dead plane's bytes to its live ones) and are done."""
 
     step: jax.Array
     react: jax.Array
@@ -201,6 +206,9 @@ class Strike(NamedTuple):
     share_after: jax.Array
     live_after: jax.Array
     doomed: jax.Array
+    group: jax.Array
+    orphan: jax.Array
+    inherit: jax.Array
 
 
 class Dynamic(NamedTuple):
@@ -834,7 +842,15 @@ def _struck(run: _Run, s: _State) -> tuple[_Run, _State]:
         kmin=jnp.where(struck, st.kmin, run.kmin), kmax=jnp.where(struck, st.kmax, run.kmax),
         live_f=live_f, n_live=jnp.maximum(live_f.sum(1, keepdims=True), 1.0),
         dead=st.dead & struck)
-    return run, s._replace(share=jnp.where(s.step == st.react, st.share_after, s.share))
+    now = s.step == st.react
+    handed = jax.ops.segment_sum(jnp.where(st.orphan, s.remaining, 0.0), st.group,
+                                 num_segments=s.remaining.shape[0])
+    handover = now & st.orphan & (s.remaining > 0)
+    remaining = jnp.where(now, jnp.where(st.orphan, 0.0, s.remaining + st.inherit *
+                                         handed[st.group]), s.remaining)
+    finish = jnp.where(handover, s.step.astype(jnp.float32) * run.p.dt, s.finish)
+    return run, s._replace(share=jnp.where(now, st.share_after, s.share),
+                           remaining=remaining, finish=finish)
 
 
 def _record_slot(run: _Run, step):
