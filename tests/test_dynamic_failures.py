@@ -13,8 +13,13 @@ import pytest
 
 from fabricjax.api import Analysis
 from fabricjax.core.errors import ScenarioError
+from fabricjax.engine.dynamic import prepare_dynamic_phase, run_dynamic_phases
+from fabricjax.fabric.build import build
+from fabricjax.fabric.failures import sample_failures
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
+from fabricjax.study.resilience import set_fabric
+from fabricjax.workload.build import build_workload
 
 AT_S = 20e-6            # the set strikes 20 us into the phase
 RECONVERGENCE_S = 0.5   # routing's reaction (ECMP, spraying)
@@ -176,3 +181,30 @@ def test_a_plane_lost_mid_phase_hands_its_bytes_to_the_flows_other_planes():
         assert dyn["blackholed_bytes"] > 0, policy
     assert hit["spray"]["completion_s"] >= AT_S + 1e-3
     assert hit["mrc"]["completion_s"] < AT_S + 1e-3
+
+
+@pytest.mark.parametrize("policy", ["ecmp", "spray", "mrc"])
+def test_failure_sets_run_together_as_each_would_alone(policy):
+    """The sets of one phase share one vmapped program (`run_dynamic_phases`): each set's
+    FCTs, bytes and steps are those of its run alone, whichever sets it runs beside (one
+    finishes long before another: its state holds)."""
+    scen = parse_scenario({**raw(), "failures": {"samples": 3, "links": {"random": 3},
+                                                 "degraded": {"random": 2}}})
+    fabric = build(scen)
+    collective = build_workload(scen, np.random.default_rng([scen.seed, 0]))[0]
+    flows, stream = collective.phases[0].flows, (collective.stream, 0)
+    batch = sample_failures(scen, fabric=fabric)
+    prepared = []
+    for b in range(batch.size):
+        alive, degraded = set_fabric(fabric, batch, b)
+        prepared.append(prepare_dynamic_phase(policy, scen, degraded, flows, stream,
+                                              alive=alive, capacity=degraded.capacity))
+    together = run_dynamic_phases(prepared)
+    assert len({run.key() for run in prepared}) == 1
+    for run, joint in zip(prepared, together):
+        alone = run_dynamic_phases([run])[0]
+        assert joint.steps == alone.steps and joint.status == alone.status
+        np.testing.assert_allclose(joint.fct_s, alone.fct_s, rtol=1e-5)
+        np.testing.assert_allclose(joint.trimmed_bytes, alone.trimmed_bytes, rtol=1e-4,
+                                   atol=1.0)
+    assert len({out.steps for out in together}) > 1     # they end apart

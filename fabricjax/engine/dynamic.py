@@ -30,6 +30,7 @@ slowest one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -180,9 +181,6 @@ def padded_pairs(pair_link: np.ndarray, num_links: int) -> np.ndarray:
     of distinct pairs; a padded pair carries nothing."""
     size = 1 << max(int(pair_link.size - 1).bit_length(), 0)
     return np.r_[pair_link, np.full(size - pair_link.size, num_links, np.int32)]
-
-
-_run = jax.jit(simulate_dynamic, static_argnames=("num_gpus", "ev_rule", "lag", "ack_lag"))
 
 
 class _Sending(NamedTuple):
@@ -525,21 +523,43 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
                          react_s=react_step * dt)
 
 
-def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
-                        flows: Flows, stream: tuple[int, int], *,
-                        alive: np.ndarray | None = None, capacity: np.ndarray | None = None,
-                        slots: Slots | None = None, max_memory: int | None = None,
-                        static: PhaseOutcome | None = None,
-                        failure: TimedFailure | None = None) -> DynamicOutcome:
-    """Solve one phase under `policy` in time (see the module). `alive`: bool[L] (None:
-    every link alive); `capacity`: float[L] Gbit/s of every link (None: the fabric's; a
-    failure set's degraded cables). `max_memory`: bytes (None: what the machine has
-    available). `static`: the static level's outcome of the same phase, slots and failure
-    set, if already solved. A flow with bytes and no live path is not simulated: it is
-    stalled (`DynamicOutcome.stalled`), and the others run to their end. `failure`: a
-    failure set that strikes during the phase (`TimedFailure`; `alive` and `capacity` are
-    then the fabric before it): the run goes on through the policy's reaction in time
-    (`solver.dynamic.Strike`)."""
+@dataclasses.dataclass(frozen=True)
+class PreparedDynamic:
+    """One phase made ready for the device (host numpy): `inputs`, the positional arrays of
+    `solver.dynamic.simulate_dynamic` up to its params (the GPU count left out: it is
+    `num_gpus`, static), `params`, `strike` (None: none) and `edges`; the static arguments;
+    `memory` (bytes, `dynamic_memory`'s estimate); and what `_outcome` needs afterwards."""
+
+    inputs: tuple
+    params: DynamicParams
+    strike: Strike | None
+    edges: np.ndarray
+    num_gpus: int
+    ev_rule: str
+    lag: int
+    ack_lag: int
+    memory: int
+    finish: dict
+
+    def key(self) -> tuple:
+        """What must agree for runs to share one compiled program: the static arguments and
+        every array's shape, `pair_link`'s apart (padded to the batch's longest)."""
+        shapes = tuple(np.shape(a) for i, a in enumerate(self.inputs) if i != PAIR_LINK)
+        strike = None if self.strike is None else tuple(np.shape(a) for a in self.strike)
+        return (self.num_gpus, self.ev_rule, self.lag, self.ack_lag, shapes, strike)
+
+
+PAIR_LINK = 15          # `pair_link`'s place among PreparedDynamic.inputs
+
+
+def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
+                          flows: Flows, stream: tuple[int, int], *,
+                          alive: np.ndarray | None = None, capacity: np.ndarray | None = None,
+                          slots: Slots | None = None, max_memory: int | None = None,
+                          static: PhaseOutcome | None = None,
+                          failure: TimedFailure | None = None) -> PreparedDynamic:
+    """Everything `solve_dynamic_phase` decides on the host, without running it (see there
+    for the arguments): `run_dynamic_phases` runs a list of them, batched."""
     policy = get(policy) if isinstance(policy, str) else policy
     if slots is None:
         slots = initial_slots(policy, scenario, fabric, flows, stream)
@@ -562,11 +582,11 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     nic = np.asarray(fabric.gpu_nic_gbps, np.float64) * 1e9 / 8
     base = base_rtt_s(scenario, flow_h)
     step, lag, ack_lag = _step_lags(scenario, fabric, flows, size, network_rtt)
-    check_dynamic_memory(num_flows, num_slots, hops,
-                         available_memory() if max_memory is None else max_memory,
-                         policy, scenario, num_links, lag, ack_lag)
-    # the device sees no absolute clock; NSCC's constants scale with the NIC's rate (one
-    # connection over all its ports)
+    memory = check_dynamic_memory(num_flows, num_slots, hops,
+                                  available_memory() if max_memory is None else max_memory,
+                                  policy, scenario, num_links, lag, ack_lag)
+    # the device sees no absolute clock; NSCC's constants scale with the connection's rate
+    # (a flow's, over the whole NIC, on one plane; a plane's, at its port's, on several)
     sending = _Sending(links=links, share=share, live=live, size=size,
                        start=relative_starts(flows), src=flows.src, base=base,
                        max_window=1.5 * base * nic[flows.src], conn_rate=float(np.median(nic)),
@@ -600,23 +620,125 @@ def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFab
     def ext(a, fill):       # the sentinel's value
         return np.r_[a, fill].astype(f32)
 
-    args = jax.device_put((
-        sending.links, sending.share.astype(f32), sending.live, sending.size.astype(f32),
-        sending.start.astype(f32), sending.src.astype(np.int32), sending.nic.astype(f32),
-        sending.base.astype(f32), sending.max_window.astype(f32), ext(capacity, np.inf),
-        ext(buffer, np.inf), ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0), pair,
-        pair_link,
-        DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed") else f32(v)
-                        for name, v in zip(DynamicParams._fields, params)))))
-    ev_rule = MRC_EV_RULE if policy.feedback == "recycle" else "fixed"
-    out = jax.device_get(_run(*args[:7], int(sending.nic.shape[0]), *args[7:],
-                              None if timed is None else jax.device_put(timed.strike),
-                              edges.astype(np.int32), ev_rule=ev_rule, lag=lag,
-                              ack_lag=ack_lag))
-    return _outcome(out, scenario, flows, flow_h, sending.size, capacity, alive_mask, params,
-                    static, per_flow, stalled, edges,
+    inputs = (sending.links, sending.share.astype(f32), sending.live,
+              sending.size.astype(f32), sending.start.astype(f32),
+              sending.src.astype(np.int32), sending.nic.astype(f32),
+              sending.base.astype(f32), sending.max_window.astype(f32), ext(capacity, np.inf),
+              ext(buffer, np.inf), ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0),
+              pair, pair_link)
+    assert inputs[PAIR_LINK] is pair_link
+    return PreparedDynamic(
+        inputs=inputs,
+        params=DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed")
+                               else f32(v) for name, v in zip(DynamicParams._fields, params))),
+        strike=None if timed is None else timed.strike, edges=edges.astype(np.int32),
+        num_gpus=int(sending.nic.shape[0]),
+        ev_rule=MRC_EV_RULE if policy.feedback == "recycle" else "fixed", lag=lag,
+        ack_lag=ack_lag, memory=memory,
+        finish=dict(scenario=scenario, flows=flows, flow_h=flow_h, size=sending.size,
+                    capacity=capacity, alive_mask=alive_mask, params=params, static=static,
+                    per_flow=per_flow, stalled=stalled, edges=edges,
                     stall_s=0.0 if timed is None else timed.stall_s,
-                    doomed=None if timed is None else timed.doomed_flow)
+                    doomed=None if timed is None else timed.doomed_flow))
+
+
+def _simulate(inputs, params, strike, edges, *, num_gpus, ev_rule, lag, ack_lag):
+    return simulate_dynamic(*inputs[:7], num_gpus, *inputs[7:], params, strike, edges,
+                            ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
+
+
+def _simulate_many(inputs, params, strike, edges, **static):
+    """`_simulate` vmapped over a leading axis of every array (a batch of failure sets)."""
+    return jax.vmap(functools.partial(_simulate, **static))(inputs, params, strike, edges)
+
+
+_STATIC = ("num_gpus", "ev_rule", "lag", "ack_lag")
+_run_one = jax.jit(_simulate, static_argnames=_STATIC)
+_run_many = jax.jit(_simulate_many, static_argnames=_STATIC)
+
+
+def batch_bucket(count: int) -> int:
+    """The batch a chunk of `count` runs is padded to (a power of two): a program per bucket,
+    not per count."""
+    return 1 << max(count - 1, 0).bit_length()
+
+
+def run_dynamic_phases(prepared: list[PreparedDynamic], max_memory: int | None = None
+                       ) -> list[DynamicOutcome]:
+    """Run prepared phases on the device, those that share a program (`PreparedDynamic.key`:
+    a failure study's sets of one phase) vmapped together, as many at a time as the memory
+    allows, each chunk padded to a power of two (`batch_bucket`) by repeating its last run.
+    A vmapped run lasts as long as its slowest member; the others' state holds once they are
+    done, so each result is the one it would have alone. Outcomes in `prepared`'s order."""
+    limit = available_memory() if max_memory is None else max_memory
+    groups: dict[tuple, list[int]] = {}
+    for i, run in enumerate(prepared):
+        groups.setdefault(run.key(), []).append(i)
+    results: list = [None] * len(prepared)
+    for members in groups.values():
+        need = max(prepared[i].memory for i in members)
+        per_chunk = len(members) if limit is None else max(1, min(len(members),
+                                                                  limit // max(need, 1)))
+        for lo in range(0, len(members), per_chunk):
+            chunk = members[lo:lo + per_chunk]
+            if len(chunk) == 1:
+                run = prepared[chunk[0]]
+                outs = [_run_one(run.inputs, run.params, run.strike, run.edges,
+                                 num_gpus=run.num_gpus, ev_rule=run.ev_rule, lag=run.lag,
+                                 ack_lag=run.ack_lag)]
+            else:
+                outs = _run_chunk([prepared[i] for i in chunk])
+            for i, out in zip(chunk, outs):
+                results[i] = _outcome(jax.device_get(out), **prepared[i].finish)
+    return results
+
+
+def _run_chunk(chunk: list[PreparedDynamic]) -> list:
+    """One vmapped run of `chunk` (same key), padded to its bucket; the device outputs of
+    each member."""
+    width = max(run.inputs[PAIR_LINK].size for run in chunk)
+    sentinel = chunk[0].inputs[9].shape[0] - 1      # capacity: the links and the sentinel
+
+    def padded(run):
+        pair_link = run.inputs[PAIR_LINK]
+        pad = np.full(width - pair_link.size, sentinel, np.int32)
+        return run.inputs[:PAIR_LINK] + (np.r_[pair_link, pad],) + run.inputs[PAIR_LINK + 1:]
+
+    members = chunk + [chunk[-1]] * (batch_bucket(len(chunk)) - len(chunk))
+
+    def stack(*xs):
+        return np.stack(xs)
+
+    head = chunk[0]
+    out = _run_many(jax.tree.map(stack, *[padded(r) for r in members]),
+                    jax.tree.map(stack, *[r.params for r in members]),
+                    None if head.strike is None else
+                    jax.tree.map(stack, *[r.strike for r in members]),
+                    np.stack([r.edges for r in members]),
+                    num_gpus=head.num_gpus, ev_rule=head.ev_rule, lag=head.lag,
+                    ack_lag=head.ack_lag)
+    return [jax.tree.map(lambda x, i=i: x[i], out) for i in range(len(chunk))]
+
+
+def solve_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
+                        flows: Flows, stream: tuple[int, int], *,
+                        alive: np.ndarray | None = None, capacity: np.ndarray | None = None,
+                        slots: Slots | None = None, max_memory: int | None = None,
+                        static: PhaseOutcome | None = None,
+                        failure: TimedFailure | None = None) -> DynamicOutcome:
+    """Solve one phase under `policy` in time (see the module). `alive`: bool[L] (None:
+    every link alive); `capacity`: float[L] Gbit/s of every link (None: the fabric's; a
+    failure set's degraded cables). `max_memory`: bytes (None: what the machine has
+    available). `static`: the static level's outcome of the same phase, slots and failure
+    set, if already solved. A flow with bytes and no live path is not simulated: it is
+    stalled (`DynamicOutcome.stalled`), and the others run to their end. `failure`: a
+    failure set that strikes during the phase (`TimedFailure`; `alive` and `capacity` are
+    then the fabric before it): the run goes on through the policy's reaction in time
+    (`solver.dynamic.Strike`)."""
+    prepared = prepare_dynamic_phase(policy, scenario, fabric, flows, stream, alive=alive,
+                                     capacity=capacity, slots=slots, max_memory=max_memory,
+                                     static=static, failure=failure)
+    return run_dynamic_phases([prepared], max_memory)[0]
 
 
 def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, float]:
@@ -626,6 +748,23 @@ def fct_quantiles(outcome: DynamicOutcome, flows: Flows) -> tuple[float, float, 
     return float(p50), float(p99), float(values.max())
 
 
+def prepare_with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric,
+                         flows: Flows, stream: tuple[int, int], outcome: PhaseOutcome, *,
+                         alive: np.ndarray | None = None, capacity: np.ndarray | None = None,
+                         failure: TimedFailure | None = None) -> PreparedDynamic | None:
+    """The dynamic run of a phase whose static `outcome` is solved, on the same slots and
+    failure set (`alive`, `capacity`), or with `failure` striking during it, made ready
+    (`prepare_dynamic_phase`); None for a phase solved as classes (no per-flow slots) or
+    without fabric flows."""
+    if outcome.split is None or flows.num_flows == 0:
+        return None
+    policy = get(policy) if isinstance(policy, str) else policy
+    slots = initial_slots(policy, scenario, fabric, flows, stream)
+    return prepare_dynamic_phase(policy, scenario, fabric, flows, stream, alive=alive,
+                                 capacity=capacity, slots=slots, static=outcome,
+                                 failure=failure)
+
+
 def with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric, flows: Flows,
                  stream: tuple[int, int], outcome: PhaseOutcome, *,
                  alive: np.ndarray | None = None, capacity: np.ndarray | None = None,
@@ -633,11 +772,8 @@ def with_dynamic(policy: str | Policy, scenario: Scenario, fabric: AnyFabric, fl
     """The static outcome of a phase with the dynamic level's beside it (`dynamic`), on the
     same slots and failure set (`alive`, `capacity`), or with `failure` striking during it.
     A phase solved as classes (no per-flow slots) or without fabric flows has none."""
-    if outcome.split is None or flows.num_flows == 0:
+    prepared = prepare_with_dynamic(policy, scenario, fabric, flows, stream, outcome,
+                                    alive=alive, capacity=capacity, failure=failure)
+    if prepared is None:
         return outcome
-    policy = get(policy) if isinstance(policy, str) else policy
-    slots = initial_slots(policy, scenario, fabric, flows, stream)
-    out = solve_dynamic_phase(policy, scenario, fabric, flows, stream, alive=alive,
-                              capacity=capacity, slots=slots, static=outcome,
-                              failure=failure)
-    return dataclasses.replace(outcome, dynamic=out)
+    return dataclasses.replace(outcome, dynamic=run_dynamic_phases([prepared])[0])

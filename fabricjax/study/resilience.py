@@ -30,7 +30,8 @@ from fabricjax.config import FailuresConfig, Scenario
 from fabricjax.core.stream import StreamError
 from fabricjax.engine.batch import (failure_mask, null_set_outcome, prepare_failure_phase,
                                     solve_set_range)
-from fabricjax.engine.dynamic import TimedFailure, with_dynamic
+from fabricjax.engine.dynamic import (TimedFailure, prepare_with_dynamic,
+                                     run_dynamic_phases)
 from fabricjax.engine.phase import slot_links_host, solve_policy_phase
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.fabric.failures import FailureBatch, kind_counts, sample_failures
@@ -107,13 +108,14 @@ def failure_study(scenario: Scenario, fabric: AnyFabric, collectives: list[Colle
                 new = set_records(policy, collective, results, outcomes, fabric, scenario, batch,
                                   line_rate, endpoint, window, first=start)
                 if scenario.solver.model == "dynamic":
-                    for b, record in enumerate(new, start):
-                        if progress is not None:
-                            progress(f"{policy}: {collective.name}, failure set {b + 1:,} "
-                                     "in time", finished, total)
-                        record["dynamic"] = dynamic_set_figures(
-                            policy, scenario, fabric, collective, outcomes, batch, b,
-                            line_rate, endpoint)
+                    if progress is not None:
+                        progress(f"{policy}: {collective.name}, failure sets {start + 1:,}-"
+                                 f"{stop:,} in time", finished, total)
+                    timed = dynamic_set_figures(policy, scenario, fabric, collective,
+                                                outcomes, batch, range(start, stop),
+                                                line_rate, endpoint)
+                    for record, figure in zip(new, timed):
+                        record["dynamic"] = figure
                 if on_records is not None:
                     on_records(new)
                 ours.extend(new)
@@ -139,48 +141,68 @@ def set_fabric(fabric: AnyFabric, batch: FailureBatch, b: int) -> tuple[np.ndarr
 
 
 def dynamic_set_figures(policy: str, scenario: Scenario, fabric: AnyFabric,
-                        collective: Collective, outcomes: list, batch: FailureBatch, b: int,
-                        line_rate: float, endpoint: float) -> dict | None:
-    """Failure set b under the dynamic level (`solver.model: dynamic`): every phase solved
-    static on the set's fabric (the policy's steady state after it reacts: ECMP re-hashed,
-    spraying over its live EVs, mrc's fixed point), then in time on that split from the
-    policy's initial slots (`engine.dynamic.with_dynamic`), and the collective's figures
-    (`metrics.dynamic_figures`, without the time series): its completion, FCT quantiles,
-    bytes trimmed and sent again. With `failures.at_s` the item's first step with fabric
-    flows starts healthy and the set strikes at_s into it (`engine.dynamic.TimedFailure`:
-    the policy reacts in time, `Policy.reaction_window_s` later); its other steps run on the
-    set's steady state. One compiled program per phase shape serves every set."""
-    alive, degraded = set_fabric(fabric, batch, b)
+                        collective: Collective, outcomes: list, batch: FailureBatch,
+                        sets: range, line_rate: float, endpoint: float) -> list[dict | None]:
+    """Failure sets `sets` of `batch` under the dynamic level (`solver.model: dynamic`):
+    every phase solved static on the set's fabric (the policy's steady state after it reacts:
+    ECMP re-hashed, spraying over its live EVs, mrc's fixed point), then in time on that split
+    from the policy's initial slots, and the collective's figures per set
+    (`metrics.dynamic_figures`, without the time series): its completion, FCT quantiles, bytes
+    trimmed and sent again. With `failures.at_s` the item's first step with fabric flows
+    starts healthy and the set strikes at_s into it (`engine.dynamic.TimedFailure`: the policy
+    reacts in time, `Policy.reaction_window_s` later); its other steps run on the set's steady
+    state. The sets' runs of one phase go to the device together, vmapped
+    (`engine.dynamic.run_dynamic_phases`): one compiled program per phase shape and batch
+    bucket serves every set."""
     cfg = scenario.failures
-    strike = None
-    if cfg.at_s is not None:
-        strike = TimedFailure(at_s=cfg.at_s, alive=alive, capacity=degraded.capacity,
-                              window_s=get(policy).reaction_window_s(cfg) or 0.0)
-    phases, solved = [], []
-    for index, (phase, base) in enumerate(zip(collective.phases, outcomes)):
-        if phase.flows.num_flows == 0 or base.split is None:
-            phases.append(phase)
-            solved.append(base)
-            continue
-        stream = (collective.stream, index)
-        if strike is not None:
-            phases.append(dataclasses.replace(phase, repeat=1))
-            solved.append(with_dynamic(policy, scenario, fabric, phase.flows, stream, base,
-                                       failure=strike))
-            strike = None
-            if phase.repeat == 1:
+    window = get(policy).reaction_window_s(cfg) or 0.0
+    plans, prepared = [], []
+    for b in sets:
+        alive, degraded = set_fabric(fabric, batch, b)
+        strike = (None if cfg.at_s is None else
+                  TimedFailure(at_s=cfg.at_s, alive=alive, capacity=degraded.capacity,
+                               window_s=window))
+        phases, solved = [], []     # solved: a PhaseOutcome, or (its run's index, static)
+
+        def later(run, static):
+            if run is None:
+                return static
+            prepared.append(run)
+            return (len(prepared) - 1, static)
+
+        for index, (phase, base) in enumerate(zip(collective.phases, outcomes)):
+            if phase.flows.num_flows == 0 or base.split is None:
+                phases.append(phase)
+                solved.append(base)
                 continue
-            phase = dataclasses.replace(phase, repeat=phase.repeat - 1)
-        static = solve_policy_phase(policy, scenario, degraded, phase.flows, stream,
-                                    alive=alive)
-        phases.append(phase)
-        solved.append(with_dynamic(policy, scenario, degraded, phase.flows, stream, static,
-                                   alive=alive, capacity=degraded.capacity))
-    figures = dynamic_figures(dataclasses.replace(collective, phases=tuple(phases)), solved,
-                              scenario, degraded, line_rate, endpoint,
-                              series=cfg.at_s is not None)
-    if figures is not None:
-        figures["crash"] = figures["stall_s"] >= cfg.transport_timeout_s
+            stream = (collective.stream, index)
+            if strike is not None:
+                phases.append(dataclasses.replace(phase, repeat=1))
+                solved.append(later(prepare_with_dynamic(
+                    policy, scenario, fabric, phase.flows, stream, base, failure=strike),
+                    base))
+                strike = None
+                if phase.repeat == 1:
+                    continue
+                phase = dataclasses.replace(phase, repeat=phase.repeat - 1)
+            static = solve_policy_phase(policy, scenario, degraded, phase.flows, stream,
+                                        alive=alive)
+            phases.append(phase)
+            solved.append(later(prepare_with_dynamic(
+                policy, scenario, degraded, phase.flows, stream, static, alive=alive,
+                capacity=degraded.capacity), static))
+        plans.append((degraded, phases, solved))
+    ran = run_dynamic_phases(prepared)
+    figures = []
+    for degraded, phases, solved in plans:
+        solved = [dataclasses.replace(item[1], dynamic=ran[item[0]])
+                  if isinstance(item, tuple) else item for item in solved]
+        figure = dynamic_figures(dataclasses.replace(collective, phases=tuple(phases)),
+                                 solved, scenario, degraded, line_rate, endpoint,
+                                 series=cfg.at_s is not None)
+        if figure is not None:
+            figure["crash"] = figure["stall_s"] >= cfg.transport_timeout_s
+        figures.append(figure)
     return figures
 
 
