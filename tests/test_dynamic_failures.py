@@ -199,7 +199,7 @@ def test_failure_sets_run_together_as_each_would_alone(policy):
         alive, degraded = set_fabric(fabric, batch, b)
         prepared.append(prepare_dynamic_phase(policy, scen, degraded, flows, stream,
                                               alive=alive, capacity=degraded.capacity))
-    together = run_dynamic_phases(prepared)
+    together = run_dynamic_phases(prepared, batched=True)   # vmapped on the CPU too
     assert len({run.key() for run in prepared}) == 1
     for run, joint in zip(prepared, together):
         alone = run_dynamic_phases([run])[0]

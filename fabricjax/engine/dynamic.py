@@ -538,6 +538,7 @@ class PreparedDynamic:
     ev_rule: str
     lag: int
     ack_lag: int
+    shared_nics: bool
     memory: int
     finish: dict
 
@@ -546,7 +547,13 @@ class PreparedDynamic:
         every array's shape, `pair_link`'s apart (padded to the batch's longest)."""
         shapes = tuple(np.shape(a) for i, a in enumerate(self.inputs) if i != PAIR_LINK)
         strike = None if self.strike is None else tuple(np.shape(a) for a in self.strike)
-        return (self.num_gpus, self.ev_rule, self.lag, self.ack_lag, shapes, strike)
+        return (self.num_gpus, self.ev_rule, self.lag, self.ack_lag, self.shared_nics,
+                shapes, strike)
+
+    def static(self) -> dict:
+        """The static arguments of its program."""
+        return dict(num_gpus=self.num_gpus, ev_rule=self.ev_rule, lag=self.lag,
+                    ack_lag=self.ack_lag, shared_nics=self.shared_nics)
 
 
 PAIR_LINK = 15          # `pair_link`'s place among PreparedDynamic.inputs
@@ -635,6 +642,8 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
         num_gpus=int(sending.nic.shape[0]),
         ev_rule=MRC_EV_RULE if policy.feedback == "recycle" else "fixed", lag=lag,
         ack_lag=ack_lag, memory=memory,
+        shared_nics=bool(np.bincount(sending.src[sending.size > 0],
+                                     minlength=1).max(initial=0) > 1),
         finish=dict(scenario=scenario, flows=flows, flow_h=flow_h, size=sending.size,
                     capacity=capacity, alive_mask=alive_mask, params=params, static=static,
                     per_flow=per_flow, stalled=stalled, edges=edges,
@@ -642,9 +651,9 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
                     doomed=None if timed is None else timed.doomed_flow))
 
 
-def _simulate(inputs, params, strike, edges, *, num_gpus, ev_rule, lag, ack_lag):
+def _simulate(inputs, params, strike, edges, *, num_gpus, **static):
     return simulate_dynamic(*inputs[:7], num_gpus, *inputs[7:], params, strike, edges,
-                            ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
+                            **static)
 
 
 def _simulate_many(inputs, params, strike, edges, **static):
@@ -652,7 +661,7 @@ def _simulate_many(inputs, params, strike, edges, **static):
     return jax.vmap(functools.partial(_simulate, **static))(inputs, params, strike, edges)
 
 
-_STATIC = ("num_gpus", "ev_rule", "lag", "ack_lag")
+_STATIC = ("num_gpus", "ev_rule", "lag", "ack_lag", "shared_nics")
 _run_one = jax.jit(_simulate, static_argnames=_STATIC)
 _run_many = jax.jit(_simulate_many, static_argnames=_STATIC)
 
@@ -663,13 +672,20 @@ def batch_bucket(count: int) -> int:
     return 1 << max(count - 1, 0).bit_length()
 
 
-def run_dynamic_phases(prepared: list[PreparedDynamic], max_memory: int | None = None
-                       ) -> list[DynamicOutcome]:
+def run_dynamic_phases(prepared: list[PreparedDynamic], max_memory: int | None = None,
+                       batched: bool | None = None) -> list[DynamicOutcome]:
     """Run prepared phases on the device, those that share a program (`PreparedDynamic.key`:
     a failure study's sets of one phase) vmapped together, as many at a time as the memory
     allows, each chunk padded to a power of two (`batch_bucket`) by repeating its last run.
     A vmapped run lasts as long as its slowest member; the others' state holds once they are
-    done, so each result is the one it would have alone. Outcomes in `prepared`'s order."""
+    done, so each result is the one it would have alone. Outcomes in `prepared`'s order.
+
+    `batched` None: vmapped on an accelerator, one at a time on the CPU, where each set alone
+    through the one program the healthy phase compiled measured faster (16 sets of a 64-GPU
+    permutation, warm: 0.39 s one at a time against 0.47 s vmapped, and a second program to
+    compile; docs/benchmarks.md)."""
+    if batched is None:
+        batched = jax.default_backend() != "cpu"
     limit = available_memory() if max_memory is None else max_memory
     groups: dict[tuple, list[int]] = {}
     for i, run in enumerate(prepared):
@@ -679,13 +695,14 @@ def run_dynamic_phases(prepared: list[PreparedDynamic], max_memory: int | None =
         need = max(prepared[i].memory for i in members)
         per_chunk = len(members) if limit is None else max(1, min(len(members),
                                                                   limit // max(need, 1)))
+        if not batched:
+            per_chunk = 1
         for lo in range(0, len(members), per_chunk):
             chunk = members[lo:lo + per_chunk]
             if len(chunk) == 1:
                 run = prepared[chunk[0]]
                 outs = [_run_one(run.inputs, run.params, run.strike, run.edges,
-                                 num_gpus=run.num_gpus, ev_rule=run.ev_rule, lag=run.lag,
-                                 ack_lag=run.ack_lag)]
+                                 **run.static())]
             else:
                 outs = _run_chunk([prepared[i] for i in chunk])
             for i, out in zip(chunk, outs):
@@ -714,9 +731,7 @@ def _run_chunk(chunk: list[PreparedDynamic]) -> list:
                     jax.tree.map(stack, *[r.params for r in members]),
                     None if head.strike is None else
                     jax.tree.map(stack, *[r.strike for r in members]),
-                    np.stack([r.edges for r in members]),
-                    num_gpus=head.num_gpus, ev_rule=head.ev_rule, lag=head.lag,
-                    ack_lag=head.ack_lag)
+                    np.stack([r.edges for r in members]), **head.static())
     return [jax.tree.map(lambda x, i=i: x[i], out) for i in range(len(chunk))]
 
 

@@ -316,7 +316,7 @@ def poisson_packets(key, expected):
     return jnp.where(expected > POISSON_TERMS / 3.0, big, small)
 
 
-def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
+def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int, shared: bool = True):
     """(float[F] bytes/s, bool[F]): what each flow gets of its GPU's NIC (`nic` [N] bytes/s)
     and whether the round robin, not the window, holds it there.
 
@@ -327,7 +327,9 @@ def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
     W / (rtt + cycle - pkt / nic) falls as the NIC gets busier. The level is where the
     demands, each capped at the level, fill the NIC (found by bisection, NIC_BISECTIONS
     halvings of its log between nic / flows and nic); a NIC its flows cannot fill gives
-    every flow W / rtt. With NIC_WINDOW_WAIT off: max-min fair on W / rtt."""
+    every flow W / rtt. With NIC_WINDOW_WAIT off: max-min fair on W / rtt. `shared` (static)
+    False: no NIC ever has two flows (the host knows: a permutation, a ring step), so there
+    is no level to search (a vmapped run would compute the search for nothing)."""
     active = sending.astype(jnp.float32)
     count = jnp.maximum(jax.ops.segment_sum(active, src, num_segments=num_gpus), 1.0)
     own = pkt / nic[src]
@@ -351,7 +353,8 @@ def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int):
         return jax.lax.fori_loop(0, NIC_BISECTIONS, halve, bounds)[1]
 
     # one flow per NIC (a permutation, a ring step) has the whole NIC: nothing to search
-    hi = jax.lax.cond(jnp.any(count > 1.0), bisect, lambda _: jnp.log(nic), None)
+    hi = (jax.lax.cond(jnp.any(count > 1.0), bisect, lambda _: jnp.log(nic), None) if shared
+          else jnp.log(nic))
     top = jnp.minimum(jnp.exp(hi), nic)     # exactly the NIC where one flow has it all
     level = jnp.where(filled(top) >= nic * (1.0 - 1e-6), top, jnp.inf)
     want = demand(level)
@@ -457,6 +460,7 @@ class _Run(NamedTuple):
     ev_rule: str
     lag: int
     ack_lag: int
+    shared_nics: bool
 
 
 class _Send(NamedTuple):
@@ -543,7 +547,7 @@ def _send(run: _Run, s: _State) -> _Send:
     rtt = run.base_rtt + delay_f
     # the NIC's round robin, a packet per turn to each flow its window lets send
     uncapped, held = nic_round_robin(s.window, rtt, active, run.src, run.nic, p.pkt,
-                                     run.num_gpus)
+                                     run.num_gpus, run.shared_nics)
     # never much past what is left: the last step sends what should get through
     through_seen = (s.share * seen_pass).sum(1)
     clean = s.share * seen_pass
@@ -907,7 +911,8 @@ def _step(run: _Run, s: _State) -> _State:
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
                      max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
                      params: DynamicParams, strike: Strike | None = None, edges=None, *,
-                     ev_rule: str, lag: int, ack_lag: int) -> Dynamic:
+                     ev_rule: str, lag: int, ack_lag: int, shared_nics: bool = True
+                     ) -> Dynamic:
     """Run the phase until every flow is done or `params.max_steps` (see the module).
 
     links int32[F, K, H] (sentinel L); share float32[F, K] initial split (0 on dead slots);
@@ -922,7 +927,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     byte's delivery or trim to its ACK or NACK at the sender): static. strike: a failure set
     that strikes during the phase and the policy's reaction (`Strike`; None: none). edges:
     int32[RECORDS + 1] the first step of each record interval (None: every `params.stride`
-    steps)."""
+    steps). shared_nics (static): False where no sender shares its NIC with another
+    (`nic_round_robin`)."""
     num_flows = links.shape[0]
     num_links = capacity.shape[0]
     key = jax.random.key(params.seed)
@@ -940,7 +946,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
                edges=(jnp.arange(RECORDS + 1, dtype=jnp.int32) * params.stride
                       if edges is None else edges),
                strike=strike, dead=None, num_gpus=num_gpus,
-               ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
+               ev_rule=ev_rule, lag=lag, ack_lag=ack_lag, shared_nics=shared_nics)
     signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links),
                               jnp.zeros(num_links), jnp.zeros(num_links))
     init = _State(
