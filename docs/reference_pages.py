@@ -134,6 +134,8 @@ def _fields_table(schema: dict, defs: dict) -> list[str]:
         if "discriminator" in items:
             kind = "list of [workload items](#workload-items)"
         description = node.get("description", "")
+        if node.get("x-role"):      # how the compiled program reads it (core.roles)
+            description = f"*{node['x-role']}:* {description}"
         rows.append(f"| `{name}` | {_cell(kind)} | {_cell(_default(node, name in required))} "
                     f"| {_cell(_bounds(node))} | {_cell(description)} |")
     return rows

@@ -20,6 +20,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
 
 from fabricjax.core.errors import short_repr
 from fabricjax.core.registry import known_names, sections
+from fabricjax.core.roles import STATIC, TRACED
 from fabricjax.core.units import parse_rate_gbps, parse_size
 
 # Bounds that keep every derived number finite in float32 (times, rates, loads).
@@ -421,6 +422,52 @@ class SolverConfig(Strict):
         "windows and each policy's reaction at ACK time, for the flow completion times."))
 
 
+def _power_of_two(value: int) -> int:
+    if value & (value - 1):
+        raise ValueError(f"must be a power of two (got {value})")
+    return value
+
+
+PowerOfTwo = Annotated[int, AfterValidator(_power_of_two)]
+
+
+class DynamicConfig(Strict):
+    """The dynamic level's settings (`solver.model: dynamic`). A *static* field fixes the
+    compiled program (a new value compiles a new one); a *traced* one is an array of it (a
+    sweep over it compiles nothing); the others are read on the host. The defaults are the
+    calibrated ones (bench/fidelity): one set for every case."""
+
+    steps_per_rtt: Annotated[PowerOfTwo, STATIC] = Field(8, ge=1, le=1024, description=(
+        "Time steps per base RTT of the network's longest path (a power of two: the "
+        "feedback's lag is a whole number of steps)."))
+    max_steps_per_rtt: Annotated[PowerOfTwo, STATIC] = Field(64, ge=1, le=4096, description=(
+        "The finest step: steps_per_rtt is doubled, up to this, until the shortest flow's "
+        "life spans flow_steps steps (a power of two, at least steps_per_rtt)."))
+    flow_steps: int = Field(32, ge=1, le=1_000_000, description=(
+        "Steps the shortest flow's life (its bytes at its NICs' fair share) should span."))
+    horizon_completions: Annotated[float, TRACED] = Field(12.0, gt=0.0, le=1e6, description=(
+        "The run's step bound, in static completions of the phase (plus horizon_rtts base "
+        "RTTs); a phase still sending then is reported with status event_limit."))
+    horizon_rtts: Annotated[float, TRACED] = Field(200.0, ge=0.0, le=1e9, description=(
+        "Base RTTs added to the step bound."))
+    mrc_ev_rule: Annotated[Literal["bitmap", "reps"], STATIC] = Field("bitmap", description=(
+        "How mrc picks the EV of each packet in time: bitmap, htsim's walk that skips EVs "
+        "whose packets came back marked or trimmed; reps, REPS's recycling of the EVs of "
+        "clean ACKs."))
+    plane_windows: Annotated[bool, STATIC] = Field(True, description=(
+        "One NSCC window per plane on a multi-plane fabric, each at its port's rate with the "
+        "plane's share of the flow's bytes (the calibration's packet-level reference); "
+        "false: one window per flow over all its planes, so a slow plane's trims are resent "
+        "on the others (a what-if no packet-level reference here checks)."))
+
+    @model_validator(mode="after")
+    def _finest_not_coarser(self) -> "DynamicConfig":
+        if self.max_steps_per_rtt < self.steps_per_rtt:
+            raise ValueError(f"max_steps_per_rtt: must be at least steps_per_rtt "
+                             f"({self.steps_per_rtt}; got {self.max_steps_per_rtt})")
+        return self
+
+
 class TransportConfig(Strict):
     """What a packet transport adds to a flow's bytes at its max-min rate.
 
@@ -638,6 +685,8 @@ class Scenario(Strict):
         "Max-min rate solver and time model."))
     transport: TransportConfig = Field(TransportConfig(), description=(
         "What a packet transport adds to a flow's bytes."))
+    dynamic: DynamicConfig = Field(DynamicConfig(), description=(
+        "The dynamic level's settings (solver.model: dynamic)."))
     failures: FailuresConfig | None = Field(None, description=(
         "Failure sets to draw (none: the healthy fabric only)."))
     reliability: ReliabilityConfig | None = Field(None, description=(

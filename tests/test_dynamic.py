@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fabricjax.config import DynamicConfig
 from fabricjax.engine.dynamic import (base_rtt_s, flow_link_pairs, packet_bytes,
                                       solve_dynamic_phase)
 from fabricjax.engine import dynamic as dynamic_engine
@@ -82,19 +83,20 @@ def test_even_routed_permutation_matches_static(policy):
     np.testing.assert_allclose(np.median(out.fct_s), np.median(static), rtol=0.02)
 
 
-def test_the_step_resolves_the_shortest_flow():
+@pytest.mark.parametrize("coarse,finest", [(8, 64), (4, 16)])
+def test_the_step_resolves_the_shortest_flow(coarse, finest):
     rtt = 14e-6
-    assert dynamic_engine.step_share(1e-3, rtt) == dynamic_engine.DT_RTT
-    # halved until the life spans FLOW_STEPS steps, by powers of two, never below the floor
+    cfg = DynamicConfig(steps_per_rtt=coarse, max_steps_per_rtt=finest)
+    assert dynamic_engine.step_share(1e-3, rtt, cfg) == 1 / coarse
+    # halved until the life spans flow_steps steps, by powers of two, never below the floor
     for life in (40e-6, 10e-6, 5e-6, 1e-9):
-        share = dynamic_engine.step_share(life, rtt)
-        assert share >= dynamic_engine.DT_RTT_MIN
-        halvings = np.log2(dynamic_engine.DT_RTT / share)
+        share = dynamic_engine.step_share(life, rtt, cfg)
+        assert share >= 1 / finest
+        halvings = np.log2(1 / coarse / share)
         assert halvings == int(halvings)
-        assert (life >= dynamic_engine.FLOW_STEPS * share * rtt or
-                share == dynamic_engine.DT_RTT_MIN)
-        if share < dynamic_engine.DT_RTT:   # one halving fewer would not have resolved it
-            assert life < dynamic_engine.FLOW_STEPS * 2 * share * rtt
+        assert life >= cfg.flow_steps * share * rtt or share == 1 / finest
+        if share < 1 / coarse:      # one halving fewer would not have resolved it
+            assert life < cfg.flow_steps * 2 * share * rtt
 
 
 def test_short_flows_get_a_finer_step_unless_their_nics_are_shared():
@@ -104,13 +106,13 @@ def test_short_flows_get_a_finer_step_unless_their_nics_are_shared():
     fabric, flows, stream = permutation(sc)
     out = solve_dynamic_phase("spray", sc, fabric, flows, stream)
     rtt = float(base_rtt_s(sc, int(fabric.flow_hops(flows.src, flows.dst).max())))
-    assert out.dt_s < rtt * dynamic_engine.DT_RTT / 2
+    assert out.dt_s < rtt / sc.dynamic.steps_per_rtt / 2
     sc = scenario(gpus=32, workload=[{"name": "a2a", "collective": "all-to-all",
                                       "size": "2MiB"}])
     fabric = build(sc)
     a2a = build_workload(sc, np.random.default_rng([sc.seed, 0]))[0]
     out = solve_dynamic_phase("spray", sc, fabric, a2a.phases[0].flows, (a2a.stream, 0))
-    assert out.dt_s == pytest.approx(rtt * dynamic_engine.DT_RTT)
+    assert out.dt_s == pytest.approx(rtt / sc.dynamic.steps_per_rtt)
 
 
 @pytest.fixture(scope="module")

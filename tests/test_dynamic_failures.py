@@ -137,7 +137,7 @@ def test_the_api_gives_the_time_series_of_the_strike():
 
 
 
-def slow_plane_report():
+def slow_plane_report(**dynamic):
     """32 GPUs on 2 planes, every T0's uplinks on plane 0 at 25%: no EV of plane 0 escapes
     the slow cables, and every flow of the permutation leaves its T0."""
     names = [f"plane0/t0-{t}/up{s}" for t in range(8) for s in range(4)]
@@ -146,7 +146,7 @@ def slow_plane_report():
         "fabric": {"gpus": 32, "planes": 2, "port_gbps": "100G", "radix": 8},
         "workload": [{"name": "perm", "collective": "permutation", "size": "4MiB",
                       "shift": 4}],
-        "policies": ["spray", "mrc"], "solver": {"model": "dynamic"},
+        "policies": ["spray", "mrc"], "solver": {"model": "dynamic"}, "dynamic": dynamic,
         "failures": {"samples": 1, "degraded": {"names": names, "factor": 0.25}}}))
 
 
@@ -208,3 +208,25 @@ def test_failure_sets_run_together_as_each_would_alone(policy):
         np.testing.assert_allclose(joint.trimmed_bytes, alone.trimmed_bytes, rtol=1e-4,
                                    atol=1.0)
     assert len({out.steps for out in together}) > 1     # they end apart
+
+
+def test_one_window_over_every_plane_moves_a_slow_planes_bytes_to_the_fast_one():
+    """`dynamic.plane_windows: false`, the what-if: one window per flow over its planes, its
+    trims resent on either, ends well before the slow plane's half would at 25 Gbit/s."""
+    per_plane = {r["policy"]: r["dynamic"]["completion_s"]
+                 for r in slow_plane_report().failures.records}
+    shared = {r["policy"]: r["dynamic"]["completion_s"]
+              for r in slow_plane_report(plane_windows=False).failures.records}
+    half_at_a_quarter = 2 * 2**20 / (0.25 * 100e9 / 8)
+    for policy in ("spray", "mrc"):
+        assert shared[policy] < 0.95 * half_at_a_quarter <= per_plane[policy], policy
+
+
+def test_the_dynamic_settings_are_checked_with_the_field_named():
+    base = {**raw(), "failures": None}
+    with pytest.raises(ScenarioError, match="dynamic.steps_per_rtt"):
+        parse_scenario({**base, "dynamic": {"steps_per_rtt": 12}})
+    with pytest.raises(ScenarioError, match="max_steps_per_rtt"):
+        parse_scenario({**base, "dynamic": {"steps_per_rtt": 16, "max_steps_per_rtt": 8}})
+    with pytest.raises(ScenarioError, match="mrc_ev_rule"):
+        parse_scenario({**base, "dynamic": {"mrc_ev_rule": "random"}})

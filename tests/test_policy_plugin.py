@@ -22,7 +22,8 @@ from fabricjax.core.errors import ScenarioError
 from fabricjax.core.registry import known_names, register, unregister
 from fabricjax.fabric.paths import placed_slots
 from fabricjax.policies import get
-from fabricjax.policies.base import STATIC, TRACED, Policy, Reaction, Slots, role
+from fabricjax.core.roles import STATIC, TRACED, role
+from fabricjax.policies.base import Policy, Reaction, Slots
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
 from fabricjax.sweeps import parse_sets, run_sweep, sweep_points

@@ -19,12 +19,21 @@ port rate / packet); queue = 1 BDP (trimming on); ECN Kmin / Kmax = ceil(0.2 / 0
 packets; a degraded link scales its queue and thresholds with its speed; the retransmission
 timeout = 15 us + 6 queues' drain at the port rate (100.9 us at 100G, 14 us RTT). A policy
 declares its reaction at ACK time (`Policy.feedback`): "recycle" starts from an equal split
-over its live slots and picks its EVs as htsim's bitmap walk does (`MRC_EV_RULE`: skipping
-marked and trimmed EVs; solver.dynamic also has REPS's rule); "fixed" keeps the static split
-over one connection's slots; "connections" keeps it too, but every slot is a connection of
-its own (ECMP's QPs: its own bytes, its own NSCC window bounded by 1.5 BDP of the port it
-leaves by, as uec.cpp bounds a connection by its NIC port's speed), and the flow ends with its
-slowest one.
+over its live slots and picks its EVs as htsim's bitmap walk does (`dynamic.mrc_ev_rule`:
+skipping marked and trimmed EVs, or REPS's rule); "fixed" keeps the static split over one
+connection's slots; "connections" keeps it too, but every slot is a connection of its own
+(ECMP's QPs: its own bytes, its own NSCC window bounded by 1.5 BDP of the port it leaves by,
+as uec.cpp bounds a connection by its NIC port's speed), and the flow ends with its slowest
+one. On a fabric of several planes the other policies run a connection per plane
+(`dynamic.plane_windows`, `_per_plane`): the plane's share of the flow's bytes, its own
+window at the port's rate and the port's own round robin, as the calibration's htsim runs a
+plane at a time (bench/fidelity/HTSIM.md); the flow ends with its slowest plane, and a plane
+a failure leaves without a live path hands its bytes to the flow's other planes once the
+policy reacts.
+
+`prepare_dynamic_phase` makes a phase ready on the host and `run_dynamic_phases` runs a list
+of them: those that share a program (a failure study's sets of one phase) vmapped together
+on an accelerator, one at a time through the same program on the CPU.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from fabricjax.config import Scenario
+from fabricjax.config import DynamicConfig, Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.status import Status
 from fabricjax.core.units import format_bytes
@@ -52,19 +61,14 @@ from fabricjax.policies.base import Policy, Slots
 from fabricjax.solver.dynamic import RECORDS, DynamicParams, Strike, simulate_dynamic
 from fabricjax.workload.flows import Flows
 
-# One set of defaults for every case (calibrated on bench/fidelity, never per case).
-DT_RTT = 1 / 8          # a step is this share of the network's base RTT ...
-FLOW_STEPS = 32         # ... halved until the shortest flow's life spans this many steps ...
-DT_RTT_MIN = 1 / 64     # ... down to this share
+# One set of defaults for every case (calibrated on bench/fidelity, never per case); the
+# step, the step bound and mrc's EV rule are the scenario's `dynamic` section (DynamicConfig).
 LAG_RTT = 0.5           # the sender sees the links' state this many base RTTs late
 ACK_LAG_RTT = 1.0       # and a byte's ACK or NACK a round trip after it crossed its path (a
                         # byte crosses it within its step in the fluid)
-HORIZON_STATIC = 12.0   # the step bound: this many static completions ...
-HORIZON_RTTS = 200.0    # ... plus this many base RTTs
 RTO_MIN_S = 15e-6       # htsim's retransmission timeout: 15 us plus six full buffers' drain
 RTO_BUFFERS = 6         # at the port rate (datacenter/main_uec.cpp, UecSrc::_min_rto)
 ACK_PAYLOAD = 16384     # htsim's receiver ACKs every 16 KiB of new data (UecSink)
-MRC_EV_RULE = "bitmap"  # the EV choice mrc follows in time (solver.dynamic: bitmap, reps)
 REFERENCE_BDP = 100e9 / 8 * 12e-6   # NSCC's reference: 100 Gbit/s x 12 us (bytes)
 
 
@@ -126,15 +130,17 @@ class TimedFailure:
     window_s: float
 
 
-def step_share(shortest_life_s: float, network_rtt: float) -> float:
-    """The step as a share of the base RTT: DT_RTT, halved while the shortest flow's life (its
-    bytes at its NICs' fair share) spans fewer than FLOW_STEPS steps, down to DT_RTT_MIN.
+def step_share(shortest_life_s: float, network_rtt: float,
+               cfg: DynamicConfig = DynamicConfig()) -> float:
+    """The step as a share of the base RTT: 1 / `cfg.steps_per_rtt`, halved while the shortest
+    flow's life (its bytes at its NICs' fair share) spans fewer than `cfg.flow_steps` steps,
+    down to 1 / `cfg.max_steps_per_rtt`.
     The fluid's error is first order in the step over a flow's life (64 KiB ECMP flows on the
     1:1 fat tree: the max FCT +20.5%, +12.1%, +8.6%, +6.8% against htsim at 1/8, 1/16, 1/32,
     1/64 of the RTT); powers of two keep the compiled programs few (the feedback lag in steps
     is static)."""
-    share = DT_RTT
-    while share > DT_RTT_MIN and shortest_life_s < FLOW_STEPS * share * network_rtt:
+    share, finest = 1.0 / cfg.steps_per_rtt, 1.0 / cfg.max_steps_per_rtt
+    while share > finest and shortest_life_s < cfg.flow_steps * share * network_rtt:
         share /= 2
     return share
 
@@ -243,7 +249,7 @@ def _step_lags(scenario: Scenario, fabric: AnyFabric, flows: Flows, size: np.nda
     fair = np.minimum(flow_nic / np.maximum(per_src[flows.src], 1),
                       nic[flows.dst] / np.maximum(per_dst[flows.dst], 1))
     life = np.where(sending_flow, size / np.maximum(fair, 1e-30), np.inf)
-    step = step_share(float(life.min(initial=np.inf)), network_rtt)
+    step = step_share(float(life.min(initial=np.inf)), network_rtt, scenario.dynamic)
     return (step, max(int(round(LAG_RTT / step)), 0), max(int(round(ACK_LAG_RTT / step)), 0))
 
 
@@ -273,11 +279,12 @@ def _as_connections(sending: _Sending, link_gbps: np.ndarray, flow_nic: np.ndarr
         nic=sending.nic)
 
 
-def plane_windows(policy: Policy, fabric: AnyFabric) -> bool:
+def plane_windows(policy: Policy, scenario: Scenario, fabric: AnyFabric) -> bool:
     """Whether a flow runs one connection per plane (module `_per_plane`): every policy whose
     slots are not each a connection already (ECMP's QPs are hashed per plane), on a fabric
-    of several planes."""
-    return policy.feedback != "connections" and fabric.planes > 1
+    of several planes, unless `dynamic.plane_windows` is off."""
+    return (policy.feedback != "connections" and fabric.planes > 1 and
+            scenario.dynamic.plane_windows)
 
 
 def plane_groups(plane: np.ndarray, planes: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -358,7 +365,9 @@ def _params(scenario: Scenario, stream: tuple[int, int], network_rtt: float, ste
     target = 0.75 * network_rtt
     scale_b = target / 12e-6
     dt = network_rtt * step
-    horizon = HORIZON_STATIC * static_s + HORIZON_RTTS * network_rtt + last_start + react_s
+    cfg = scenario.dynamic
+    horizon = (cfg.horizon_completions * static_s + cfg.horizon_rtts * network_rtt +
+               last_start + react_s)
     # a failure's reaction (seconds of routing) is jumped over where nothing moves (2^30
     # steps of float32 time stay within a step of their clock only below 2^24: past it the
     # bound only stops a run that never ends)
@@ -475,7 +484,7 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
     connections = policy.feedback == "connections"
     if connections:
         after = _as_connections(after, np.asarray(failure.capacity, np.float64), flow_nic)
-    elif plane_windows(policy, fabric):
+    elif plane_windows(policy, scenario, fabric):
         after = _per_plane(after, slots.plane, fabric.planes, num_links)
     alive_ext = np.r_[failure.alive, True]
     path_after = np.all(alive_ext[after.links], axis=-1)
@@ -488,7 +497,7 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
     group = np.repeat(np.arange(flows.num_flows), per_flow)
     inherit = np.zeros(before.size.shape[0])
     orphan = np.zeros(before.size.shape[0], bool)
-    if plane_windows(policy, fabric):
+    if plane_windows(policy, scenario, fabric):
         # a plane the flow has no live path on after the reaction hands its bytes left to
         # the flow's other planes, in the shares the reaction gives them: the sender moves
         # them (spraying's withdrawn EVs, mrc's retired ones); the flow stalls only where no
@@ -604,7 +613,7 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
     if connections:
         sending = _as_connections(sending, link_gbps, nic[flows.src])
         per_flow = num_slots
-    elif plane_windows(policy, fabric):
+    elif plane_windows(policy, scenario, fabric):
         sending = _per_plane(sending, slots.plane, fabric.planes, num_links)
         per_flow = fabric.planes
     bdp_pkts, (capacity, buffer, kmin, kmax, multiplexed) = _link_settings(
@@ -640,7 +649,8 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
                                else f32(v) for name, v in zip(DynamicParams._fields, params))),
         strike=None if timed is None else timed.strike, edges=edges.astype(np.int32),
         num_gpus=int(sending.nic.shape[0]),
-        ev_rule=MRC_EV_RULE if policy.feedback == "recycle" else "fixed", lag=lag,
+        ev_rule=scenario.dynamic.mrc_ev_rule if policy.feedback == "recycle" else "fixed",
+        lag=lag,
         ack_lag=ack_lag, memory=memory,
         shared_nics=bool(np.bincount(sending.src[sending.size > 0],
                                      minlength=1).max(initial=0) > 1),

@@ -35,29 +35,10 @@ import numpy as np
 
 from fabricjax.config import FabricKind, FailuresConfig, Scenario
 from fabricjax.core.errors import ScenarioError
+from fabricjax.core.roles import STATIC, TRACED, role
 from fabricjax.fabric.build import paths_per_pair
 from fabricjax.fabric.paths import placed_slots
 from fabricjax.scenario import check_sections
-
-
-class Role:
-    """How `react` reads a settings field (put it in the field's `Annotated[...]`)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name.upper()
-
-
-TRACED = Role("traced")   # a traced array among `options`: a sweep over it never recompiles
-STATIC = Role("static")   # hashable among `settings`: fixes a loop bound or a length under jit
-
-
-def role(section: Any, field: str) -> Role | None:
-    """TRACED, STATIC or None (read on the host) for a field of a settings model."""
-    info = type(section).model_fields[field]
-    return next((m for m in info.metadata if isinstance(m, Role)), None)
 
 
 def _array(value: Any) -> np.ndarray:

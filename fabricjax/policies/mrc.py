@@ -67,10 +67,10 @@ from pydantic import Field
 
 from fabricjax.config import FailuresConfig, Scenario, Strict
 from fabricjax.core.registry import register
+from fabricjax.core.roles import STATIC, TRACED
 from fabricjax.core.status import Status
-from fabricjax.policies.base import (PLACEMENT_HELP, STATIC, TRACED, Policy, Reaction, Slots,
-                                     check_evs, evs_field, spraying_init, spraying_pool,
-                                     spraying_slots)
+from fabricjax.policies.base import (PLACEMENT_HELP, Policy, Reaction, Slots, check_evs,
+                                     evs_field, spraying_init, spraying_pool, spraying_slots)
 from fabricjax.policies.spray import SPRAY
 
 # how the loop ended, as `core.status.Status` flags: balanced (nothing marked) is OK

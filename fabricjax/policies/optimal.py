@@ -66,10 +66,11 @@ from pydantic import Field
 
 from fabricjax.config import FabricKind, Scenario, Strict
 from fabricjax.core.registry import register
+from fabricjax.core.roles import TRACED
 from fabricjax.core.status import Status
 from fabricjax.fabric.build import paths_per_pair
 from fabricjax.fabric.clos import ClosGeometry, clos_geometry
-from fabricjax.policies.base import TRACED, Policy, Reaction, Slots, stored_spray_slots
+from fabricjax.policies.base import Policy, Reaction, Slots, stored_spray_slots
 from fabricjax.solver.incidence import ClosRoutes
 from fabricjax.solver.mirror_prox import SaddleProblem, capacity_units, mirror_prox
 

@@ -28,8 +28,9 @@ from pydantic import Field
 
 from fabricjax.config import Scenario, Strict
 from fabricjax.core.registry import register
-from fabricjax.policies.base import (PLACEMENT_HELP, TRACED, Policy, Slots, check_evs,
-                                     evs_field, spraying_init, spraying_pool, spraying_slots)
+from fabricjax.core.roles import TRACED
+from fabricjax.policies.base import (PLACEMENT_HELP, Policy, Slots, check_evs, evs_field,
+                                     spraying_init, spraying_pool, spraying_slots)
 from fabricjax.solver.aggregate import hashed_class_slots, plane_slot_counts, spray_class_slots
 
 
