@@ -27,9 +27,9 @@ as uec.cpp bounds a connection by its NIC port's speed), and the flow ends with 
 one. On a fabric of several planes the other policies run a connection per plane
 (`dynamic.plane_windows`, `_per_plane`): the plane's share of the flow's bytes, its own
 window at the port's rate and the port's own round robin, as the calibration's htsim runs a
-plane at a time (bench/fidelity/HTSIM.md); the flow ends with its slowest plane, and a plane
-a failure leaves without a live path hands its bytes to the flow's other planes once the
-policy reacts.
+plane at a time (bench/fidelity/HTSIM.md); the flow ends with its slowest plane, and under a
+failure that strikes during the phase its bytes left are split anew over its planes as the
+policy's live EVs share them once it reacts (none on a plane that lost every path).
 
 `prepare_dynamic_phase` makes a phase ready on the host and `run_dynamic_phases` runs a list
 of them: those that share a program (a failure study's sets of one phase) vmapped together
@@ -496,17 +496,16 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
     per_flow = before.size.shape[0] // flows.num_flows
     group = np.repeat(np.arange(flows.num_flows), per_flow)
     inherit = np.zeros(before.size.shape[0])
-    orphan = np.zeros(before.size.shape[0], bool)
+    resplit = np.zeros(before.size.shape[0], bool)
     if plane_windows(policy, scenario, fabric):
-        # a plane the flow has no live path on after the reaction hands its bytes left to
-        # the flow's other planes, in the shares the reaction gives them: the sender moves
-        # them (spraying's withdrawn EVs, mrc's retired ones); the flow stalls only where no
-        # plane is left
+        # the flow's bytes left are split anew over its planes as the reaction's live EVs
+        # share them (spraying's withdrawn EVs, mrc's retired ones: fewer on a plane that
+        # lost some, none on one that lost all); the flow stalls only where no plane is left
         weight = np.where(reaches, after.size, 0.0)
         total = np.bincount(group, weight, minlength=flows.num_flows)
         lost = ~(total > 0)
         inherit = weight / np.maximum(total[group], 1e-30)
-        orphan = doomed & ~lost[group]
+        resplit = ~lost[group]
         doomed = doomed & lost[group]
     doomed_flow = doomed.reshape(flows.num_flows, per_flow).any(1)
     pair_after, pair_link_after = flow_link_pairs(after.links, num_links)
@@ -523,7 +522,7 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
         links_after=after.links.astype(np.int32),
         pair_after=(pair_after + pair_link.size).astype(np.int32),
         share_after=after.share.astype(f32), live_after=after.live.astype(bool),
-        doomed=doomed, group=group.astype(np.int32), orphan=orphan,
+        doomed=doomed, group=group.astype(np.int32), resplit=resplit,
         inherit=inherit.astype(f32))
     return _StrikeInputs(strike=strike,
                          pair_link=np.r_[pair_link, pair_link_after].astype(np.int32),

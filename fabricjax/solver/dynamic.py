@@ -189,10 +189,10 @@ class Strike(NamedTuple):
     live_after bool[F, K]: the split the policy settles on after the failure. doomed: bool[F]
     flows with no live path after it (they stall; the run ends without them). group:
     int32[F] the flow each sender belongs to (a flow's planes or QPs are senders of their
-    own); orphan: bool[F] senders left with no live path while their flow has others, and
-    inherit: float32[F] each sender's share of its flow's orphans' bytes: at `react` the
-    orphans hand what they have left to their flow's other senders in those shares (the
-    sender moves a dead plane's bytes to its live ones) and are done."""
+    own); resplit: bool[F] senders whose flow's bytes left are split anew at `react`, and
+    inherit: float32[F] each one's share of them (a flow's planes: the shares its live EVs
+    give each plane after the failure, 0 on a plane with none; a sender left with none is
+    done, one given bytes sends again)."""
 
     step: jax.Array
     react: jax.Array
@@ -207,7 +207,7 @@ class Strike(NamedTuple):
     live_after: jax.Array
     doomed: jax.Array
     group: jax.Array
-    orphan: jax.Array
+    resplit: jax.Array
     inherit: jax.Array
 
 
@@ -846,13 +846,17 @@ def _struck(run: _Run, s: _State) -> tuple[_Run, _State]:
         kmin=jnp.where(struck, st.kmin, run.kmin), kmax=jnp.where(struck, st.kmax, run.kmax),
         live_f=live_f, n_live=jnp.maximum(live_f.sum(1, keepdims=True), 1.0),
         dead=st.dead & struck)
+    # the flow's bytes left, split anew over its senders (its planes) as the reaction's EVs
+    # share them: a sender given none is done now, one given some sends (again)
     now = s.step == st.react
-    handed = jax.ops.segment_sum(jnp.where(st.orphan, s.remaining, 0.0), st.group,
-                                 num_segments=s.remaining.shape[0])
-    handover = now & st.orphan & (s.remaining > 0)
-    remaining = jnp.where(now, jnp.where(st.orphan, 0.0, s.remaining + st.inherit *
-                                         handed[st.group]), s.remaining)
-    finish = jnp.where(handover, s.step.astype(jnp.float32) * run.p.dt, s.finish)
+    left = jax.ops.segment_sum(jnp.where(st.resplit, s.remaining, 0.0), st.group,
+                               num_segments=s.remaining.shape[0])
+    split = st.inherit * left[st.group]
+    resplit = now & st.resplit
+    remaining = jnp.where(resplit, split, s.remaining)
+    finish = jnp.where(resplit & (split <= 0.0) & (s.remaining > 0.0),
+                       s.step.astype(jnp.float32) * run.p.dt,
+                       jnp.where(resplit & (split > 0.0), jnp.inf, s.finish))
     return run, s._replace(share=jnp.where(now, st.share_after, s.share),
                            remaining=remaining, finish=finish)
 
