@@ -25,7 +25,10 @@ reference's, marked `double turn` and not counted.
 Policies: htsim `-paths 1` (one entropy per connection) against ecmp, on the paths htsim hashed
 each connection to where `routes/` has them (both levels: HTSIM.md, "ECMP's paths"; the
 static level then runs `solve_policy_phase` on those slots, as `analyze` would); `oblivious`
-with 128 EVs against spray; `reps` and `bitmap` with 128 EVs against mrc. Figures are
+with 128 EVs against spray; `reps` and `bitmap` with 128 EVs against mrc (a case named
+`..._ev<N>` has N EVs a plane instead). The static level's one mrc is scored against both; the
+dynamic level's REPS rows are its mrc under `dynamic.mrc_ev_rule: reps`, its bitmap rows its
+default walk, two predictions. Figures are
 inverted-CDF quantiles of the per-flow FCTs, averaged over seeds on each side; error =
 fabricjax / htsim - 1.
 Targets: median and max within 10% on the full-bisection and oversubscribed cases,
@@ -39,6 +42,7 @@ import csv
 import functools
 import gzip
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -185,6 +189,12 @@ CASES = {
     "mp8_ls1024_perm1MB": ("mp8_ls1024", 1024, 32, 0.10),
     "mp8_ls1024_perm8MB": ("mp8_ls1024", 1024, 32, 0.10),
     "mp8_ls1024_deg0_perm8MB": ("mp8_ls1024_deg0", 1024, 32, 0.15),
+    # validation of the 8-plane model (no setting chosen on them): 16 MiB, 2 MiB at 8 EVs a
+    # plane, 4 MiB at 32 EVs a plane healthy and with plane 0 degraded
+    "mp8_ls1024_perm16MB": ("mp8_ls1024", 1024, 32, 0.10),
+    "mp8_ls1024_perm2MB_ev8": ("mp8_ls1024", 1024, 32, 0.10),
+    "mp8_ls1024_perm4MB_ev32": ("mp8_ls1024", 1024, 32, 0.10),
+    "mp8_ls1024_deg0_perm4MB_ev32": ("mp8_ls1024_deg0", 1024, 32, 0.15),
 }
 
 # fabricjax policy <- htsim runs compared with it
@@ -199,6 +209,16 @@ SETTINGS = {
     "mrc": {"evs": EVS, "placement": "hashed"},
     "solver": {"progressive": True, "max_events": 4096},
 }
+
+
+def case_settings(case: str) -> dict:
+    """SETTINGS, with the EVs a case names (`..._ev<N>`: N a plane) for spray and mrc."""
+    match = re.search(r"_ev(\d+)$", case)
+    if match is None:
+        return SETTINGS
+    evs = int(match[1]) * TOPOLOGIES[CASES[case][0]].get("planes", 1)
+    return {**SETTINGS, "spray": {**SETTINGS["spray"], "evs": evs},
+            "mrc": {**SETTINGS["mrc"], "evs": evs}}
 
 
 def matrix_path(case: str, seed: int) -> Path:
@@ -223,8 +243,29 @@ def htsim_fcts(case: str, run: str, seed: int, variant: str = "") -> np.ndarray 
     return read_fcts(path) if path.exists() else None
 
 
-def routes_path(case: str, seed: int) -> Path:
-    return HERE / "routes" / f"{case}_ecmp_s{seed}.csv.gz"
+def routes_path(case: str, seed: int, plane: int | None = None) -> Path:
+    """The route dump of the case's ECMP run, or of one plane's run of a multi-plane case."""
+    suffix = "" if plane is None else f"_p{plane}"
+    return HERE / "routes" / f"{case}_ecmp_s{seed}{suffix}.csv.gz"
+
+
+def read_routes(path: Path, topo: str) -> dict[int, set]:
+    """{flow id: its hops as (node, node) edge-list names} of one route dump."""
+    chosen: dict[int, set] = {}
+    with gzip.open(path, "rt") as fh:
+        for row in csv.DictReader(fh):
+            hop = tuple(switch_name(topo, n) for n in (row["from"], row["to"]))
+            chosen.setdefault(int(row["id"]), set()).add(hop)
+    return chosen
+
+
+def leaf_spine(chosen: dict[int, set], flow_id: int, where: str) -> int | None:
+    """The spine a leaf hashed flow `flow_id` to (None: it stayed under its leaf)."""
+    spines = {int(v[len("spine"):]) for u, v in chosen.get(flow_id, set())
+              if u.startswith("leaf") and v.startswith("spine")}
+    if len(spines) > 1:
+        raise SystemExit(f"{where}: flow {flow_id} took spines {spines}")
+    return spines.pop() if spines else None
 
 
 def switch_name(topo: str, htsim_name: str) -> str:
@@ -270,26 +311,27 @@ def htsim_slots(case: str, seed: int, fabric, flows, slots: Slots) -> Slots | No
     route dump of `run_htsim.sh`), or None where the case has none committed. A flow's path is
     the equal-cost candidate whose links hold every hop htsim chose: the ECMP rows then compare
     the transport on the same collisions instead of two draws of the hash."""
+    topo = CASES[case][0]
+    choice = np.array(slots.choice, copy=True)
+    if isinstance(TOPOLOGIES[topo], dict):
+        # a Clos: a slot's choice is the spine the leaf of its plane hashed the flow to (a
+        # multi-plane case: each plane's own run and route dump)
+        planes = TOPOLOGIES[topo].get("planes", 1)
+        paths = ([routes_path(case, seed)] if planes == 1 else
+                 [routes_path(case, seed, p) for p in range(planes)])
+        if not all(path.exists() for path in paths):
+            return None
+        for p, path in enumerate(paths):
+            chosen = read_routes(path, topo)
+            for f, flow_id in enumerate(matrix_ids(case, seed)):
+                spine = leaf_spine(chosen, flow_id, f"{case} seed {seed} plane {p}")
+                if spine is not None:
+                    choice[f, slots.plane[f] == p] = spine
+        return Slots(slots.plane, choice, slots.state)
     path = routes_path(case, seed)
     if not path.exists():
         return None
-    topo = CASES[case][0]
-    chosen: dict[int, set] = {}
-    with gzip.open(path, "rt") as fh:
-        for row in csv.DictReader(fh):
-            hop = tuple(switch_name(topo, n) for n in (row["from"], row["to"]))
-            chosen.setdefault(int(row["id"]), set()).add(hop)
-    choice = np.array(slots.choice, copy=True)
-    if isinstance(TOPOLOGIES[topo], dict):
-        # a single-plane Clos: the choice is the spine, the one a leaf hashed the flow to
-        for f, flow_id in enumerate(matrix_ids(case, seed)):
-            spines = {int(v[len("spine"):]) for u, v in chosen.get(flow_id, set())
-                      if u.startswith("leaf") and v.startswith("spine")}
-            if len(spines) > 1:
-                raise SystemExit(f"{case} seed {seed}: flow {flow_id} took spines {spines}")
-            if spines:
-                choice[f, :] = spines.pop()
-        return Slots(slots.plane, choice, slots.state)
+    chosen = read_routes(path, topo)
     hops = candidate_hops(fabric, flows)
     for f, flow_id in enumerate(matrix_ids(case, seed)):
         choice[f, :] = candidate_of(hops[f], chosen.get(flow_id, set()),
@@ -321,7 +363,7 @@ def case_scenario(case: str, seed: int, workdir: Path, policies=tuple(POLICIES),
         "workload": [{"name": case, "collective": "traffic",
                       "file": matrix.name, "format": "htsim"}],
         **({"failures": FAILURE_SETS[topo]} if topo in FAILURE_SETS and not graph else {}),
-        **SETTINGS}).located(workdir)
+        **case_settings(case)}).located(workdir)
     return scenario
 
 
@@ -406,10 +448,23 @@ def dynamic_outcomes(case: str, seed: int, workdir: Path, matrix_seed: int | Non
 
 def dynamic_fcts(case: str, seed: int, workdir: Path, matrix_seed: int | None = None,
                  policies=tuple(POLICIES)) -> dict:
-    """{policy: (p50, p99, max, seconds)} of the dynamic level (`dynamic_outcomes`)."""
-    _, flows, runs = dynamic_outcomes(case, seed, workdir, matrix_seed, policies)
-    return {policy: (*fct_quantiles(outcome, flows), seconds)
-            for policy, (outcome, seconds) in runs.items()}
+    """{policy: (p50, p99, max, seconds)} of the dynamic level (`dynamic_outcomes`), and
+    under "mrc_reps" mrc with REPS's EV rule (`dynamic.mrc_ev_rule: reps`), the prediction
+    htsim's REPS runs are scored against ("mrc" is the bitmap walk's)."""
+    scenario, flows, runs = dynamic_outcomes(case, seed, workdir, matrix_seed, policies)
+    out = {policy: (*fct_quantiles(outcome, flows), seconds)
+           for policy, (outcome, seconds) in runs.items()}
+    if "mrc" in policies:
+        reps = scenario.model_copy(update={"dynamic": scenario.dynamic.model_copy(
+            update={"mrc_ev_rule": "reps"})})
+        _, fabric, flows, stream, alive = case_phase(case, seed, workdir, matrix_seed)
+        start = time.perf_counter()
+        outcome = solve_dynamic_phase("mrc", reps, fabric, flows, stream, alive=alive,
+                                      capacity=None if alive is None else fabric.capacity)
+        if outcome.status:
+            raise SystemExit(f"{case} seed {seed}: mrc (REPS)'s dynamic run hit its step bound")
+        out["mrc_reps"] = (*fct_quantiles(outcome, flows), time.perf_counter() - start)
+    return out
 
 
 MODELS = {"static": fabricjax_fcts, "dynamic": dynamic_fcts}
@@ -461,7 +516,10 @@ def main() -> int:
                             continue
                         h = np.mean([quantiles(theirs[s]) for s in common], axis=0) * 1e6
                         for model in models:
-                            f = np.mean([ours[model][s][policy][:3] for s in common],
+                            # a run's own prediction where the level has one (the
+                            # dynamic level's REPS), else the policy's
+                            key = run if run in ours[model][common[0]] else policy
+                            f = np.mean([ours[model][s][key][:3] for s in common],
                                         axis=0) * 1e6
                             err = f / h - 1.0
                             ok = abs(err[0]) <= target and abs(err[2]) <= target

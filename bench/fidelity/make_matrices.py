@@ -35,7 +35,9 @@ collective steps:
 - `mp8_ls1024_*`: the mission's fabric, 8 planes of the same plane, permutations of 1 MiB and
   8 MiB flows (128 KiB and 1 MiB a plane, 16 EVs a plane); `mp8_ls1024_deg0_*` the 8 MiB one's
   very flows with plane 0 degraded as `ls1024_failed8` is (fabricjax runs it as a failure
-  set);
+  set); and, kept for validation (no setting was chosen on them), 16 MiB flows at 16 EVs a
+  plane, 2 MiB at 8 (`_ev8`: a case's EVs a plane, else 128 / planes) and 4 MiB at 32, that
+  one also with plane 0 degraded;
 - short flows on the 1:1 fat tree: permutations of 64 KiB and 512 KiB flows, and one whose
   flows are 64, 128, 256 or 512 KiB at random;
 - one step of a ring all-reduce of 256 MiB over the 128 hosts of the 1:1 fat tree taken in a
@@ -127,6 +129,15 @@ CASES = {
     # healthy case's runs)
     "mp8_ls1024_deg0_perm8MB": (1024, lambda rng: permutation(1024, 8 * MIB, rng), SEEDS[:2],
                                 19),
+    # validation of the 8-plane model, never tuned on: 16 MiB at 16 EVs a plane, 2 MiB at 8,
+    # 4 MiB at 32 (256 EVs a flow), and the last with plane 0 degraded
+    "mp8_ls1024_perm16MB": (1024, lambda rng: permutation(1024, 16 * MIB, rng), SEEDS[:2], 20),
+    "mp8_ls1024_perm2MB_ev8": (1024, lambda rng: permutation(1024, 2 * MIB, rng), SEEDS[:2],
+                               21),
+    "mp8_ls1024_perm4MB_ev32": (1024, lambda rng: permutation(1024, 4 * MIB, rng), SEEDS[:2],
+                                22),
+    "mp8_ls1024_deg0_perm4MB_ev32": (1024, lambda rng: permutation(1024, 4 * MIB, rng),
+                                     SEEDS[:2], 22),
 }
 
 

@@ -83,8 +83,13 @@ planes() {      # case -> planes (P of a case named mp<P>_..., else 1)
     if [[ "$1" =~ ^mp([0-9]+)_ ]]; then echo "${BASH_REMATCH[1]}"; else echo 1; fi
 }
 
-lb_flags() {    # policy planes -> load-balancing flags (128 EVs per flow, equal per plane)
-    local evs=$((128 / $2))
+evs_per_plane() {  # case planes -> a plane's EVs: N of a case named ..._ev<N>, else 128 / planes
+    if [[ "$1" =~ _ev([0-9]+)$ ]]; then echo "${BASH_REMATCH[1]}"; else echo $((128 / $2)); fi
+}
+
+lb_flags() {    # policy planes case -> load-balancing flags (128 EVs per flow, equal per plane,
+                # unless the case names its EVs a plane)
+    local evs; evs=$(evs_per_plane "$3" "$2")
     case "$1" in
         ecmp) echo "-load_balancing_algo oblivious -paths 1" ;;
         spray) echo "-load_balancing_algo oblivious -paths $evs" ;;
@@ -153,7 +158,9 @@ if [ ${#CASES[@]} -eq 0 ]; then
            ls1024os_failed4_perm1MB ft128_1os_a2a mp4_ls1024_perm2MB mp4_ls1024_ring1MB
            ls1024_perm1MB ls1024_failed8_perm1MB ft128_1os_perm64KB ft128_1os_perm512KB
            ft128_1os_permmix ft128_1os_ring2MB ft128_1os_a2a_shift
-           mp8_ls1024_perm1MB mp8_ls1024_perm8MB mp8_ls1024_deg0_perm8MB)
+           mp8_ls1024_perm1MB mp8_ls1024_perm8MB mp8_ls1024_deg0_perm8MB
+           mp8_ls1024_perm16MB mp8_ls1024_perm2MB_ev8 mp8_ls1024_perm4MB_ev32
+           mp8_ls1024_deg0_perm4MB_ev32)
 fi
 [ -f "$LOGS/walltimes.tsv" ] || \
     printf 'run\twall_s\tcpu_s\tfinished\tstatus\tcommand\n' > "$LOGS/walltimes.tsv"
@@ -164,7 +171,7 @@ run_one() {     # name matrix seed policy planes -> one htsim run; sets $log, $s
     local scratch; scratch="$(mktemp -d "$LOGS/scratch.XXXXXX")"
     # shellcheck disable=SC2206
     local cmd=("$HTSIM" -tm "$matrix" -topo "$TOPOS/$topo" $extra
-               $(lb_flags "$policy" "$nplanes")
+               $(lb_flags "$policy" "$nplanes" "$case")
                -seed "$seed" -mtu "$MTU" -end "$END_US" -o "$scratch/logout.dat")
     # bash's `time`: wall seconds, and htsim's own CPU seconds (user + system), which a
     # machine shared with other jobs inflates far less than the wall time
@@ -246,10 +253,16 @@ for case in "${CASES[@]}"; do
             fi
             finished=$(extract "$matrix" "$csv" "${logs[@]}")
             # ECMP's paths as htsim's switches hashed them (HTSIM_ROUTES, the route-dump patch
-            # of build_htsim.sh): compare.py runs fabricjax's ECMP rows on the same paths
-            if [ "$policy" = ecmp ] && [ "$nplanes" -eq 1 ] && [ -z "$out" ] && [ -z "${STATS:-}" ] \
-                && [ -f "$csv" ]; then
-                routes "${logs[0]}" "$HERE/routes/$name.csv.gz"
+            # of build_htsim.sh): compare.py runs fabricjax's ECMP rows on the same paths (a
+            # multi-plane case: every plane's run, routes/<name>_p<plane>.csv.gz)
+            if [ "$policy" = ecmp ] && [ -z "$out" ] && [ -z "${STATS:-}" ] && [ -f "$csv" ]; then
+                if [ "$nplanes" -eq 1 ]; then
+                    routes "${logs[0]}" "$HERE/routes/$name.csv.gz"
+                else
+                    for ((plane = 0; plane < nplanes; plane++)); do
+                        routes "${logs[$plane]}" "$HERE/routes/${name}_p$plane.csv.gz"
+                    done
+                fi
             fi
             if [ "$ok" -ne 1 ] || [ "${finished%/*}" != "${finished#*/}" ]; then
                 failures=$((failures + 1)); rm -f "$csv"
