@@ -97,15 +97,34 @@ def test_compare_table_runs_every_case(matrices):
         assert target in (0.10, 0.15)
 
 
-def test_every_single_plane_ecmp_run_has_its_paths_on_the_edge_list(matrices, tmp_path):
-    """routes/ holds htsim's hashed path of every ECMP connection of a single-plane case, and
-    each is exactly one of fabricjax's equal-cost candidates for that flow."""
+def test_every_ecmp_run_has_its_paths_on_the_edge_list(matrices, tmp_path):
+    """routes/ holds htsim's hashed path of every ECMP connection (a multi-plane case: of
+    every plane's run), and each is exactly one of fabricjax's equal-cost candidates for that
+    flow (on several planes: its QP on that plane takes the spine that plane's run hashed it
+    to)."""
     compare = _module("compare")
     for case, (_, _, seeds, _) in matrices.CASES.items():
         for seed in seeds:
             path = compare.routes_path(case, seed)
-            if matrices.planes(case) > 1:
+            planes = matrices.planes(case)
+            if planes > 1:
                 assert not path.exists(), path.name
+                per_plane = [compare.routes_path(case, seed, p) for p in range(planes)]
+                assert all(p.exists() for p in per_plane), case
+                if seed != seeds[0]:
+                    continue
+                scenario, fabric, flows, stream, _ = compare.case_phase(case, seed, tmp_path)
+                routed = compare.routed_ecmp(case, seed, scenario, fabric, flows, stream)
+                ids = sorted(_read_matrix(compare.matrix_path(case, seed)))
+                for plane in (0, planes - 1):
+                    with gzip.open(per_plane[plane], "rt") as fh:
+                        rows = list(csv.DictReader(fh))
+                    for row in rows[:64]:
+                        if row["from"].startswith("LS") and row["to"].startswith("US"):
+                            f = ids.index(int(row["id"]))
+                            on_plane = routed.choice[f, routed.plane[f] == plane]
+                            assert on_plane.size and np.all(on_plane == int(row["to"][2:])), (
+                                per_plane[plane].name, row)
                 continue
             assert path.exists(), path.name
             if seed != seeds[0]:      # the mapping on one seed per case keeps this quick

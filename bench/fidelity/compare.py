@@ -249,6 +249,14 @@ def routes_path(case: str, seed: int, plane: int | None = None) -> Path:
     return HERE / "routes" / f"{case}_ecmp_s{seed}{suffix}.csv.gz"
 
 
+def has_routes(case: str, seed: int) -> bool:
+    """Whether the case's ECMP route dump is committed (every plane's, on several planes)."""
+    planes = TOPOLOGIES[CASES[case][0]]
+    planes = planes.get("planes", 1) if isinstance(planes, dict) else 1
+    return all(routes_path(case, seed, None if planes == 1 else p).exists()
+               for p in range(planes))
+
+
 def read_routes(path: Path, topo: str) -> dict[int, set]:
     """{flow id: its hops as (node, node) edge-list names} of one route dump."""
     chosen: dict[int, set] = {}
@@ -394,7 +402,7 @@ def fabricjax_fcts(case: str, seed: int, workdir: Path) -> dict:
     for `seed` (ECMP on htsim's paths where they are committed)."""
     # ECMP on htsim's paths is solved below, not by `analyze` on its own draw; a failure set
     # is solved as the failure study solves one, every policy on the set's fabric
-    routed = routes_path(case, seed).exists()
+    routed = has_routes(case, seed)
     failed = CASES[case][0] in FAILURE_SETS
     out = {}
     if not failed:
