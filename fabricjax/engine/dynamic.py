@@ -48,6 +48,7 @@ import numpy as np
 
 from fabricjax.config import DynamicConfig, Scenario
 from fabricjax.core.errors import ScenarioError
+from fabricjax.core.executables import cached_jit
 from fabricjax.core.status import Status
 from fabricjax.core.units import format_bytes
 from fabricjax.engine.phase import PhaseOutcome, initial_slots, solve_policy_phase
@@ -671,8 +672,10 @@ def _simulate_many(inputs, params, strike, edges, **static):
 
 
 _STATIC = ("num_gpus", "ev_rule", "lag", "ack_lag", "shared_nics")
-_run_one = jax.jit(_simulate, static_argnames=_STATIC)
-_run_many = jax.jit(_simulate_many, static_argnames=_STATIC)
+# kept on disk as the static level's programs are (core.executables): a warm process neither
+# traces nor lowers them
+_run_one = cached_jit(_simulate, static_argnames=_STATIC)
+_run_many = cached_jit(_simulate_many, static_argnames=_STATIC)
 
 
 def batch_bucket(count: int) -> int:
