@@ -52,9 +52,10 @@ def read(paths: list[Path]) -> dict:
 def table(rows: dict) -> list[str]:
     levels = ("static", "dynamic")
     out = ["| family | cases | rows | " + " | ".join(
-        f"{lv} within | {lv} worst P50 / max" for lv in levels) + " |",
+        f"{lv} within | {lv} worst P50 / P99 / max" for lv in levels) + " |",
         "|---|---|---|" + "---|---|" * len(levels)]
-    sets = [("calibration", lambda c: c not in VALIDATION), ("validation", lambda c: c in VALIDATION)]
+    sets = [("calibration", lambda c: c not in VALIDATION),
+            ("validation", lambda c: c in VALIDATION)]
     for label, keep in sets:
         for name, _ in FAMILIES:
             cases = sorted({c for c, _, _ in rows if family(c) == name and keep(c)})
@@ -66,10 +67,9 @@ def table(rows: dict) -> list[str]:
                 if not mine:
                     cells += ["—", "—"]
                     continue
-                worst50 = max((v[0] for v in mine), key=abs)
-                worstmax = max((v[2] for v in mine), key=abs)
+                worst = [max((v[i] for v in mine), key=abs) for i in range(3)]
                 cells += [f"{sum(v[3] for v in mine)} of {len(mine)}",
-                          f"{worst50:+.1f}% / {worstmax:+.1f}%"]
+                          " / ".join(f"{w:+.1f}%" for w in worst)]
             count = len({(c, r) for c, r, _ in rows if c in cases})
             out.append(f"| {name}{' (validation)' if label == 'validation' else ''} | "
                        f"{len(cases)} | {count} | " + " | ".join(cells) + " |")
@@ -77,7 +77,8 @@ def table(rows: dict) -> list[str]:
         for lv in levels:
             mine = [v for (c, _, l), v in rows.items() if l == lv and keep(c)]
             if mine:
-                out.append(f"\n{label}, {lv}: {sum(v[3] for v in mine)} of {len(mine)} rows within")
+                out.append(f"\n{label}, {lv}: {sum(v[3] for v in mine)} of {len(mine)} rows "
+                           "within")
     return out
 
 
