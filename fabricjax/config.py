@@ -460,6 +460,17 @@ class DynamicConfig(Strict):
         "false: one window per flow over all its planes, so a slow plane's trims are resent "
         "on the others (a what-if no packet-level reference here checks)."))
 
+    skip_steady: Annotated[bool, TRACED] = Field(False, description=(
+        "Skip steady states: where every flow sending delivered at the same rate (within "
+        "steady_tolerance) over two windows of steady_rtts base RTTs and no flow started or "
+        "ended, jump to a window before the next event with the rates held and the bytes "
+        "integrated; false: step through the whole phase."))
+    steady_rtts: Annotated[float, TRACED] = Field(8.0, gt=0.0, le=1e6, description=(
+        "The steady-state test's window, in base RTTs (longer than NSCC's sawtooth)."))
+    steady_tolerance: Annotated[float, TRACED] = Field(0.02, ge=0.0, le=1.0, description=(
+        "The largest relative change of a flow's delivery rate from one window to the next "
+        "that still counts as steady."))
+
     @model_validator(mode="after")
     def _finest_not_coarser(self) -> "DynamicConfig":
         if self.max_steps_per_rtt < self.steps_per_rtt:

@@ -93,7 +93,8 @@ class DynamicOutcome:
     links a failure killed during the phase (sent again). stall_s: the longest a flow sent
     only onto dead paths (the policy's reaction window; 0 without a strike). series: float64[T, 4] (time s, largest queue fill, throughput Gbit/s,
     flows sending). steps, dt_s, status (core.status.Status flags) and the static level's
-    outcome."""
+    outcome. skipped_steps: the steps of `steps` a steady state skipped
+    (`dynamic.skip_steady`)."""
 
     fct_s: np.ndarray
     completion_s: float
@@ -116,6 +117,7 @@ class DynamicOutcome:
     static: object
     blackholed_bytes: np.ndarray | None = None
     stall_s: float = 0.0
+    skipped_steps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,7 +382,9 @@ def _params(scenario: Scenario, stream: tuple[int, int], network_rtt: float, ste
         ack_packets=ACK_PAYLOAD / mss,
         rto=retransmission_timeout_s(bdp_pkts * pkt, port), max_steps=max_steps,
         stride=max(math.ceil(max_steps / RECORDS), 1),
-        seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31)
+        seed=(scenario.seed * 7919 + 104729 * stream[0] + stream[1]) % 2**31,
+        steady_steps=(math.ceil(cfg.steady_rtts / step) if cfg.skip_steady else 0),
+        steady_tol=cfg.steady_tolerance)
 
 
 def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np.ndarray,
@@ -440,7 +444,7 @@ def _outcome(out, scenario: Scenario, flows: Flows, flow_h: np.ndarray, size: np
         stalled=int(np.sum(stalled)),
         timeouts=int(round(float(duplicated.sum() + black.sum()) / float(params.pkt))),
         series=series, steps=steps, dt_s=dt, status=status, static=static,
-        blackholed_bytes=black, stall_s=stall_s)
+        blackholed_bytes=black, stall_s=stall_s, skipped_steps=int(out.skipped))
 
 
 def record_edges(max_steps: int, stride: int, geometric: bool) -> np.ndarray:
@@ -645,7 +649,7 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
     assert inputs[PAIR_LINK] is pair_link
     return PreparedDynamic(
         inputs=inputs,
-        params=DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed")
+        params=DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed", "steady_steps")
                                else f32(v) for name, v in zip(DynamicParams._fields, params))),
         strike=None if timed is None else timed.strike, edges=edges.astype(np.int32),
         num_gpus=int(sending.nic.shape[0]),

@@ -154,7 +154,9 @@ class DynamicParams(NamedTuple):
     (s); alpha (1/s), fi, eta (bytes), fi_scale, gamma, delay_alpha, ack_packets (packets
     per ACK of a flow its NIC holds back) (no unit); rto (s, the retransmission timeout);
     max_steps, stride (int32: steps between time-series records); seed (int32: the marks'
-    draws)."""
+    draws); steady_steps (int32: the steady-state test's window in steps, 0: never skip) and
+    steady_tol (the largest relative change of a flow's rate between two windows that still
+    counts as steady; `_steady_jump`)."""
 
     dt: jax.Array
     pkt: jax.Array
@@ -172,6 +174,8 @@ class DynamicParams(NamedTuple):
     max_steps: jax.Array
     stride: jax.Array
     seed: jax.Array
+    steady_steps: jax.Array = 0     # int32: the steady-state test's window (0: never skip)
+    steady_tol: jax.Array = 0.0     # a flow's largest relative change of rate between windows
 
 
 class Strike(NamedTuple):
@@ -221,10 +225,11 @@ class Dynamic(NamedTuple):
     duplicates). stalls: int32[F] the flow's ACK stalls (quick adapt left it waiting for its
     timer). blackholed: float32[F] wire bytes lost on links a strike killed (sent again).
     link_bytes: float32[L] bytes each link carried. max_fill: float32[L] the
-    largest Q / B each link reached. steps: int32. status: int32 Status flags (EVENT_LIMIT:
-    `max_steps` reached with bytes left). series: float32[RECORDS, 3] per record interval
-    (between consecutive `edges`): the largest queue fill Q / B, the bytes delivered and the
-    most flows sending."""
+    largest Q / B each link reached. steps: int32, the run's last step (stepped or skipped).
+    status: int32 Status flags (EVENT_LIMIT: `max_steps` reached with bytes left). series:
+    float32[RECORDS, 3] per record interval (between consecutive `edges`): the largest queue
+    fill Q / B, the bytes delivered and the most flows sending. skipped: int32 the steps a
+    steady state skipped (`_steady_jump`)."""
 
     finish: jax.Array
     delivered: jax.Array
@@ -237,6 +242,7 @@ class Dynamic(NamedTuple):
     steps: jax.Array
     status: jax.Array
     series: jax.Array
+    skipped: jax.Array
 
 
 class _State(NamedTuple):
@@ -269,6 +275,17 @@ class _State(NamedTuple):
     link_bytes: jax.Array
     max_fill: jax.Array
     series: jax.Array
+    # the steady-state test (`_steady_jump`): the window's first step, whether a flow started
+    # or ended (or a failure struck) in it and in the window before, the flows' delivery rate
+    # (bytes per step) over the window before, and the totals as they stood at its start
+    win_start: jax.Array
+    win_events: jax.Array
+    prev_events: jax.Array
+    prev_rate: jax.Array
+    n_sending: jax.Array
+    at_start: jax.Array     # [5, F] delivered, trimmed, duplicated, blackholed, stalls
+    link_at_start: jax.Array
+    jumped: jax.Array       # int32: steps skipped
 
 
 def utilisation(arrive, capacity):
@@ -899,7 +916,13 @@ def _step(run: _Run, s: _State) -> _State:
                 (dl.gone.sum() <= 0.0) & (jnp.max(lk.queue) <= 0.0) &
                 (jnp.sum(cc.echoes) <= 0.0))
         next_step = jnp.where(idle, run.strike.react, next_step)
-    return _State(
+    # what the steady-state test must not average over: a flow starts or ends, a failure
+    # strikes or the policy reacts to it
+    n_sending = send.sending.sum().astype(jnp.int32)
+    events = (n_sending != s.n_sending) | jnp.any(dl.done_now)
+    if run.strike is not None:
+        events = events | (next_step > run.strike.step) & (s.step <= run.strike.react)
+    stepped = _State(
         step=next_step, remaining=dl.remaining, window=cc.window, avg_delay=cc.avg_delay,
         fi_count=cc.fi_count, since_dec=cc.since_dec, marks=cc.marks, achieved=cc.achieved,
         qa_clock=cc.qa_clock, qa_trigger=cc.qa_trigger, owed=dl.owed, dup_owed=cc.dup_owed,
@@ -909,7 +932,94 @@ def _step(run: _Run, s: _State) -> _State:
         delivered=s.delivered + dl.gone, trimmed=s.trimmed + dl.lost_bytes,
         duplicated=s.duplicated + dl.dup_bytes, stalls=s.stalls + cc.stalls,
         blackholed=s.blackholed + dl.black, link_bytes=lk.link_bytes, max_fill=jnp.maximum(s.max_fill, fill),
-        series=s.series.at[slot].set(row))
+        series=s.series.at[slot].set(row), win_start=s.win_start,
+        win_events=s.win_events | events, prev_events=s.prev_events, prev_rate=s.prev_rate,
+        n_sending=n_sending, at_start=s.at_start, link_at_start=s.link_at_start,
+        jumped=s.jumped)
+    return _steady_jump(run, stepped, fill, n_sending)
+
+
+def _totals(s: _State):
+    """float[5, F]: what `_steady_jump` integrates per flow (bytes delivered, trimmed,
+    delivered twice and black-holed; ACK stalls)."""
+    return jnp.stack([s.delivered, s.trimmed, s.duplicated, s.blackholed,
+                      s.stalls.astype(jnp.float32)])
+
+
+def _steady_jump(run: _Run, s: _State, fill, n_sending) -> _State:
+    """At the end of each window of `steady_steps` steps: where every flow sending delivered
+    at the same rate (within `steady_tol`) in this window and the one before, and no flow
+    started or ended and no failure struck in either, the state is a steady one (NSCC's
+    windows and the queues may still oscillate, but around a cycle shorter than the window):
+    jump to a window before the next event (the first flow's end at the two windows' mean
+    rate, the next flow's start, the failure's step or its reaction, the step bound) with the
+    rates held, every total (bytes delivered, trimmed, sent twice, black-holed, the links'
+    bytes, the ACK stalls) integrated at its rate of the windows and the records filled as
+    stepping would fill them; then step again. The window before the event is stepped, so a
+    flow's end, its last bytes' queueing and what follows are as in full stepping."""
+    p, dt = run.p, run.p.dt
+    length = s.step - s.win_start
+    at_end = (p.steady_steps > 0) & (length >= p.steady_steps)
+    span = jnp.maximum(length, 1).astype(jnp.float32)
+    totals = _totals(s)
+    rate = (totals - s.at_start) / span                 # per step, over this window
+    now = s.step.astype(jnp.float32) * dt
+    sending = (s.remaining > 0) & (run.start <= now)
+    if run.strike is not None:      # a doomed flow's bytes never move after the reaction
+        sending = sending & ~(run.strike.doomed & (s.step >= run.strike.react))
+    delivering = rate[0]
+    close = jnp.abs(delivering - s.prev_rate) <= p.steady_tol * delivering
+    steady = (at_end & ~s.win_events & jnp.any(sending) &
+              jnp.all(jnp.where(sending, (delivering > 0.0) & close, True)))
+    # the jump: up to a window before the first flow's end at the windows' mean rate
+    mean = 0.5 * (delivering + s.prev_rate)
+    to_end = jnp.min(jnp.where(sending, s.remaining / jnp.maximum(mean, TINY), jnp.inf))
+    waiting = (s.remaining > 0) & (run.start > now)
+    to_start = jnp.min(jnp.where(waiting, (run.start - now) / dt, jnp.inf))
+    bound = jnp.minimum(jnp.minimum(to_end - p.steady_steps, to_start - 1.0),
+                        (p.max_steps - s.step - 1).astype(jnp.float32))
+    if run.strike is not None:
+        to_strike = jnp.where(s.step < run.strike.step, run.strike.step - s.step,
+                              jnp.where(s.step < run.strike.react,
+                                        run.strike.react - s.step, 2**30))
+        bound = jnp.minimum(bound, to_strike.astype(jnp.float32) - 1.0)
+    n = jnp.floor(jnp.clip(bound, 0.0, 2.0**30)).astype(jnp.int32)
+    jump = steady & (n >= p.steady_steps)
+    n = jnp.where(jump, n, 0)
+    nf = n.astype(jnp.float32)
+    held = jnp.where(jump, nf, 0.0) * jnp.where(sending, 1.0, 0.0)
+    add = jnp.concatenate([mean[None], rate[1:]], 0) * held
+    link_rate = (s.link_bytes - s.link_at_start) / span
+    # the records over the steps jumped: each interval gets its steps' bytes, the fill and
+    # the flows sending as they stand
+    lo = jnp.maximum(run.edges[:-1], s.step)
+    hi = jnp.minimum(jnp.concatenate([run.edges[1:-1], jnp.array([2**31 - 1], jnp.int32)]),
+                     s.step + n)
+    overlap = jnp.maximum(hi - lo, 0).astype(jnp.float32)
+    series = jnp.stack([
+        jnp.where(overlap > 0, jnp.maximum(s.series[:, 0], fill.max()), s.series[:, 0]),
+        s.series[:, 1] + overlap * add[0].sum() / jnp.maximum(nf, 1.0),
+        jnp.where(overlap > 0, jnp.maximum(s.series[:, 2], n_sending.astype(jnp.float32)),
+                  s.series[:, 2])], -1)
+    later = nf * dt
+    s = s._replace(
+        step=s.step + n, remaining=jnp.maximum(s.remaining - add[0], 0.0),
+        delivered=s.delivered + add[0], trimmed=s.trimmed + add[1],
+        duplicated=s.duplicated + add[2], blackholed=s.blackholed + add[3],
+        stalls=s.stalls + jnp.round(add[4]).astype(jnp.int32),
+        link_bytes=s.link_bytes + link_rate * nf, series=series,
+        since_dec=s.since_dec + later, qa_clock=s.qa_clock + later,
+        stall=jnp.where(s.stall > now, s.stall + later, s.stall),
+        # the ring buffers' newest entries stay the newest at the new step
+        history=jnp.roll(s.history, n, axis=0), echoes=jnp.roll(s.echoes, n, axis=0),
+        jumped=s.jumped + n)
+    return s._replace(
+        win_start=jnp.where(at_end, s.step, s.win_start),
+        win_events=s.win_events & ~at_end, prev_events=jnp.where(at_end, s.win_events,
+                                                                 s.prev_events),
+        prev_rate=jnp.where(at_end, delivering, s.prev_rate),
+        at_start=jnp.where(at_end, _totals(s), s.at_start),
+        link_at_start=jnp.where(at_end, s.link_bytes, s.link_at_start))
 
 
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
@@ -967,7 +1077,11 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         trimmed=jnp.zeros(num_flows), duplicated=jnp.zeros(num_flows),
         stalls=jnp.zeros(num_flows, jnp.int32), blackholed=jnp.zeros(num_flows),
         link_bytes=jnp.zeros(num_links),
-        max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)))
+        max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)),
+        win_start=jnp.int32(0), win_events=jnp.bool_(False), prev_events=jnp.bool_(True),
+        prev_rate=jnp.zeros(num_flows), n_sending=jnp.int32(0),
+        at_start=jnp.zeros((5, num_flows)), link_at_start=jnp.zeros(num_links),
+        jumped=jnp.int32(0))
 
     def cond(s: _State):
         left = s.remaining > 0
@@ -984,4 +1098,5 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
                    duplicated=out.duplicated, stalls=out.stalls, blackholed=out.blackholed,
                    link_bytes=out.link_bytes[:-1],
                    max_fill=out.max_fill[:-1],
-                   steps=out.step, status=status, series=out.series)
+                   steps=out.step, status=status, series=out.series,
+                   skipped=out.jumped)
