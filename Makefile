@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
-        bench-collectives bench-incidence bench-coldstart bench-soak bench-fidelity clean \
+        bench-collectives bench-incidence bench-coldstart bench-soak bench-fidelity bench-dynamic clean \
         docs docs-serve docs-outputs
 
 $(STAMP): pyproject.toml
@@ -40,6 +40,11 @@ bench-scale: $(STAMP)
 # bench/fidelity/HTSIM.md says how they were made)
 bench-fidelity: $(STAMP)
 	$(BIN)/python bench/fidelity/compare.py | tee bench/fidelity/last_run.log
+
+# the dynamic level: skipping steady states against stepping through the whole phase, side
+# by side (the quickstart's permutation, spray and mrc; about 5 minutes on 2 cores)
+bench-dynamic: $(STAMP)
+	$(BIN)/python bench/bench_skip.py | tee bench/skip_last_run.log
 
 bench-failures: $(STAMP)
 	$(BIN)/python bench/bench_failures.py
