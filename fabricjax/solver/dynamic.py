@@ -276,11 +276,10 @@ class _State(NamedTuple):
     max_fill: jax.Array
     series: jax.Array
     # the steady-state test (`_steady_jump`): the window's first step, whether a flow started
-    # or ended (or a failure struck) in it and in the window before, the flows' delivery rate
-    # (bytes per step) over the window before, and the totals as they stood at its start
+    # or ended (or a failure struck) in it, the flows' delivery rate (bytes per step) over
+    # the window before, and the totals as they stood at its start
     win_start: jax.Array
     win_events: jax.Array
-    prev_events: jax.Array
     prev_rate: jax.Array
     n_sending: jax.Array
     at_start: jax.Array     # [5, F] delivered, trimmed, duplicated, blackholed, stalls
@@ -933,7 +932,7 @@ def _step(run: _Run, s: _State) -> _State:
         duplicated=s.duplicated + dl.dup_bytes, stalls=s.stalls + cc.stalls,
         blackholed=s.blackholed + dl.black, link_bytes=lk.link_bytes, max_fill=jnp.maximum(s.max_fill, fill),
         series=s.series.at[slot].set(row), win_start=s.win_start,
-        win_events=s.win_events | events, prev_events=s.prev_events, prev_rate=s.prev_rate,
+        win_events=s.win_events | events, prev_rate=s.prev_rate,
         n_sending=n_sending, at_start=s.at_start, link_at_start=s.link_at_start,
         jumped=s.jumped)
     return _steady_jump(run, stepped, fill, n_sending)
@@ -949,7 +948,7 @@ def _totals(s: _State):
 def _steady_jump(run: _Run, s: _State, fill, n_sending) -> _State:
     """At the end of each window of `steady_steps` steps: where every flow sending delivered
     at the same rate (within `steady_tol`) in this window and the one before, and no flow
-    started or ended and no failure struck in either, the state is a steady one (NSCC's
+    started or ended and no failure struck in this window, the state is a steady one (NSCC's
     windows and the queues may still oscillate, but around a cycle shorter than the window):
     jump to a window before the next event (the first flow's end at the two windows' mean
     rate, the next flow's start, the failure's step or its reaction, the step bound) with the
@@ -1015,8 +1014,7 @@ def _steady_jump(run: _Run, s: _State, fill, n_sending) -> _State:
         jumped=s.jumped + n)
     return s._replace(
         win_start=jnp.where(at_end, s.step, s.win_start),
-        win_events=s.win_events & ~at_end, prev_events=jnp.where(at_end, s.win_events,
-                                                                 s.prev_events),
+        win_events=s.win_events & ~at_end,
         prev_rate=jnp.where(at_end, delivering, s.prev_rate),
         at_start=jnp.where(at_end, _totals(s), s.at_start),
         link_at_start=jnp.where(at_end, s.link_bytes, s.link_at_start))
@@ -1078,7 +1076,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
         stalls=jnp.zeros(num_flows, jnp.int32), blackholed=jnp.zeros(num_flows),
         link_bytes=jnp.zeros(num_links),
         max_fill=jnp.zeros(num_links), series=jnp.zeros((RECORDS, 3)),
-        win_start=jnp.int32(0), win_events=jnp.bool_(False), prev_events=jnp.bool_(True),
+        win_start=jnp.int32(0), win_events=jnp.bool_(False),
         prev_rate=jnp.zeros(num_flows), n_sending=jnp.int32(0),
         at_start=jnp.zeros((5, num_flows)), link_at_start=jnp.zeros(num_links),
         jumped=jnp.int32(0))
