@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -211,14 +212,21 @@ SETTINGS = {
 }
 
 
+# `--dynamic KEY=VALUE` settings of the dynamic level layered on SETTINGS (a what-if such as
+# `skip_steady=true` scored on every case; empty: the product's defaults)
+DYNAMIC_OVERRIDES: dict = {}
+
+
 def case_settings(case: str) -> dict:
-    """SETTINGS, with the EVs a case names (`..._ev<N>`: N a plane) for spray and mrc."""
+    """SETTINGS (with any `--dynamic` overrides), with the EVs a case names (`..._ev<N>`: N a
+    plane) for spray and mrc."""
+    settings = {**SETTINGS, "dynamic": dict(DYNAMIC_OVERRIDES)} if DYNAMIC_OVERRIDES else SETTINGS
     match = re.search(r"_ev(\d+)$", case)
     if match is None:
-        return SETTINGS
+        return settings
     evs = int(match[1]) * TOPOLOGIES[CASES[case][0]].get("planes", 1)
-    return {**SETTINGS, "spray": {**SETTINGS["spray"], "evs": evs},
-            "mrc": {**SETTINGS["mrc"], "evs": evs}}
+    return {**settings, "spray": {**settings["spray"], "evs": evs},
+            "mrc": {**settings["mrc"], "evs": evs}}
 
 
 def matrix_path(case: str, seed: int) -> Path:
@@ -485,7 +493,15 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds per case (1..3)")
     parser.add_argument("--model", choices=[*MODELS, "both"], default="both",
                         help="fabricjax's level: static, dynamic or both side by side")
+    parser.add_argument("--dynamic", action="append", default=[], metavar="KEY=VALUE",
+                        help="a dynamic-level setting over the defaults, as YAML "
+                             "(e.g. skip_steady=true); repeatable")
     args = parser.parse_args()
+    for item in args.dynamic:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--dynamic {item!r}: expected KEY=VALUE")
+        DYNAMIC_OVERRIDES[key] = yaml.safe_load(value)
     models = list(MODELS) if args.model == "both" else [args.model]
     cases = args.case or list(CASES)
     seeds = SEEDS[:max(1, min(args.seeds, len(SEEDS)))]

@@ -946,7 +946,17 @@ def _totals(s: _State):
 
 
 def _steady_jump(run: _Run, s: _State, fill, n_sending) -> _State:
-    """At the end of each window of `steady_steps` steps: where every flow sending delivered
+    """At the end of each window of `steady_steps` steps (`_window_end`; off where
+    `steady_steps` is 0): the steady-state test and, where it holds, the jump. Every other
+    step leaves the state as it is and pays for none of the test's bookkeeping."""
+    p = run.p
+    at_end = (p.steady_steps > 0) & (s.step - s.win_start >= p.steady_steps)
+    return jax.lax.cond(at_end, lambda s: _window_end(run, s, fill, n_sending),
+                        lambda s: s, s)
+
+
+def _window_end(run: _Run, s: _State, fill, n_sending) -> _State:
+    """At a window's end: where every flow sending delivered
     at the same rate (within `steady_tol`) in this window and the one before, and no flow
     started or ended and no failure struck in this window, the state is a steady one (NSCC's
     windows and the queues may still oscillate, but around a cycle shorter than the window):
@@ -955,10 +965,10 @@ def _steady_jump(run: _Run, s: _State, fill, n_sending) -> _State:
     rates held, every total (bytes delivered, trimmed, sent twice, black-holed, the links'
     bytes, the ACK stalls) integrated at its rate of the windows and the records filled as
     stepping would fill them; then step again. The window before the event is stepped, so a
-    flow's end, its last bytes' queueing and what follows are as in full stepping."""
+    flow's end, its last bytes' queueing and what follows are as in full stepping. Either
+    way the next window starts here."""
     p, dt = run.p, run.p.dt
     length = s.step - s.win_start
-    at_end = (p.steady_steps > 0) & (length >= p.steady_steps)
     span = jnp.maximum(length, 1).astype(jnp.float32)
     totals = _totals(s)
     rate = (totals - s.at_start) / span                 # per step, over this window
@@ -968,7 +978,7 @@ def _steady_jump(run: _Run, s: _State, fill, n_sending) -> _State:
         sending = sending & ~(run.strike.doomed & (s.step >= run.strike.react))
     delivering = rate[0]
     close = jnp.abs(delivering - s.prev_rate) <= p.steady_tol * delivering
-    steady = (at_end & ~s.win_events & jnp.any(sending) &
+    steady = (~s.win_events & jnp.any(sending) &
               jnp.all(jnp.where(sending, (delivering > 0.0) & close, True)))
     # the jump: up to a window before the first flow's end at the windows' mean rate
     mean = 0.5 * (delivering + s.prev_rate)
@@ -1012,12 +1022,8 @@ def _steady_jump(run: _Run, s: _State, fill, n_sending) -> _State:
         # the ring buffers' newest entries stay the newest at the new step
         history=jnp.roll(s.history, n, axis=0), echoes=jnp.roll(s.echoes, n, axis=0),
         jumped=s.jumped + n)
-    return s._replace(
-        win_start=jnp.where(at_end, s.step, s.win_start),
-        win_events=s.win_events & ~at_end,
-        prev_rate=jnp.where(at_end, delivering, s.prev_rate),
-        at_start=jnp.where(at_end, _totals(s), s.at_start),
-        link_at_start=jnp.where(at_end, s.link_bytes, s.link_at_start))
+    return s._replace(win_start=s.step, win_events=jnp.bool_(False), prev_rate=delivering,
+                      at_start=_totals(s), link_at_start=s.link_bytes)
 
 
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
