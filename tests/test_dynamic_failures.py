@@ -6,6 +6,7 @@ first loss), and a flow left with no live path reported as stalled, not run to t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -13,9 +14,12 @@ import pytest
 
 from fabricjax.api import Analysis
 from fabricjax.core.errors import ScenarioError
-from fabricjax.engine.dynamic import prepare_dynamic_phase, run_dynamic_phases
+from fabricjax.engine.dynamic import (PAIR_LINK, TimedFailure, padded_pairs, padded_senders,
+                                      prepare_dynamic_phase, run_dynamic_phases)
+from fabricjax.engine.plan import flow_bucket
 from fabricjax.fabric.build import build
 from fabricjax.fabric.failures import sample_failures
+from fabricjax.policies import get as get_policy
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
 from fabricjax.study.resilience import set_fabric
@@ -230,3 +234,47 @@ def test_the_dynamic_settings_are_checked_with_the_field_named():
         parse_scenario({**base, "dynamic": {"steps_per_rtt": 16, "max_steps_per_rtt": 8}})
     with pytest.raises(ScenarioError, match="mrc_ev_rule"):
         parse_scenario({**base, "dynamic": {"mrc_ev_rule": "random"}})
+
+
+@pytest.mark.parametrize("policy", ["ecmp", "spray", "mrc"])
+@pytest.mark.parametrize("strikes", [False, True])
+def test_inert_senders_padding_a_run_to_its_bucket_change_nothing(policy, strikes):
+    """A run is padded to its flow bucket with inert senders (`padded_senders`) so that one
+    program serves every sender count of the bucket: padded further, the real senders'
+    FCTs, bytes, steps and links' figures are those of the run as it was, struck mid-phase
+    or not."""
+    scen = scenario(at_s=AT_S)
+    fabric = build(scen)
+    collective = build_workload(scen, np.random.default_rng([scen.seed, 0]))[0]
+    flows, stream = collective.phases[0].flows, (collective.stream, 0)
+    failure = None
+    if strikes:
+        alive, degraded = set_fabric(fabric, sample_failures(scen, fabric=fabric), 0)
+        failure = TimedFailure(at_s=AT_S, alive=alive, capacity=degraded.capacity,
+                               window_s=get_policy(policy).reaction_window_s(scen.failures) or 0.0)
+    run = prepare_dynamic_phase(policy, scen, fabric, flows, stream, failure=failure)
+    senders = run.senders
+    inputs, strike = padded_senders(run.inputs, run.strike, senders + 13)
+    padded = dataclasses.replace(run, inputs=(*inputs[:PAIR_LINK],
+                                              padded_pairs(inputs[PAIR_LINK], fabric.num_links),
+                                              *inputs[PAIR_LINK + 1:]), strike=strike)
+    assert padded.inputs[0].shape[0] == senders + 13
+    base, grown = run_dynamic_phases([run])[0], run_dynamic_phases([padded])[0]
+    assert grown.steps == base.steps and grown.status == base.status
+    assert grown.stalled == base.stalled
+    np.testing.assert_allclose(grown.fct_s, base.fct_s, rtol=1e-6)
+    np.testing.assert_allclose(grown.trimmed_bytes, base.trimmed_bytes, rtol=1e-5, atol=1.0)
+    np.testing.assert_allclose(grown.blackholed_bytes, base.blackholed_bytes, rtol=1e-5,
+                               atol=1.0)
+    np.testing.assert_allclose(grown.link_util, base.link_util, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grown.series, base.series, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_is_padded_to_its_flow_bucket():
+    """Sender counts of one bucket share one program's shapes."""
+    scen = scenario()
+    fabric = build(scen)
+    flows = build_workload(scen, np.random.default_rng([scen.seed, 0]))[0].phases[0].flows
+    cut = flows.take(np.arange(flows.num_flows) < 27)
+    run = prepare_dynamic_phase("spray", scen, fabric, cut, (0, 0))
+    assert run.inputs[0].shape[0] == flow_bucket(run.senders) > run.senders

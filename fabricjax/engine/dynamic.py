@@ -53,13 +53,15 @@ from fabricjax.core.status import Status
 from fabricjax.core.units import format_bytes
 from fabricjax.engine.phase import PhaseOutcome, initial_slots, solve_policy_phase
 from fabricjax.engine.plan import (BYTES_PER_ENTRY, BYTES_PER_SLOT, available_memory,
+                                   flow_bucket,
                                    dynamic_memory)
 from fabricjax.engine.timing import (base_rtt_s, packet_bytes, relative_starts,
                                      transport_latency_s)
 from fabricjax.fabric.build import AnyFabric
 from fabricjax.policies import get
 from fabricjax.policies.base import Policy, Slots
-from fabricjax.solver.dynamic import RECORDS, DynamicParams, Strike, simulate_dynamic
+from fabricjax.solver.dynamic import (RECORDS, Dynamic, DynamicParams, Strike,
+                                      simulate_dynamic)
 from fabricjax.workload.flows import Flows
 
 # One set of defaults for every case (calibrated on bench/fidelity, never per case); the
@@ -190,6 +192,42 @@ def padded_pairs(pair_link: np.ndarray, num_links: int) -> np.ndarray:
     of distinct pairs; a padded pair carries nothing."""
     size = 1 << max(int(pair_link.size - 1).bit_length(), 0)
     return np.r_[pair_link, np.full(size - pair_link.size, num_links, np.int32)]
+
+
+def padded_senders(inputs: tuple, strike: Strike | None, count: int
+                   ) -> tuple[tuple, Strike | None]:
+    """`inputs` (PreparedDynamic's, `pair_link` not yet padded) and `strike` with `count` -
+    F' inert senders appended (`flow_bucket`: a program per bucket, not per sender count):
+    no bytes, every slot on the sentinel link with no share and not live, their entries on
+    one sentinel pair appended to `pair_link`, the first sender's RTT and window (no
+    division meets a zero). An inert sender never sends, never shares a NIC and is done from
+    the start, and the run's draws are prefix-stable along the sender axis
+    (jax_threefry_partitionable), so the real senders' figures are those of the run unpadded.
+    `run_dynamic_phases` cuts the outputs back to F'."""
+    (links, share, live, size, start, src, nic, base, max_window, *per_link, pair,
+     pair_link) = inputs
+    extra = count - size.shape[0]
+    if extra <= 0:
+        return inputs, strike
+    sentinel = per_link[0].shape[0] - 1
+    inert_pair = pair_link.size
+
+    def grow(a, fill):
+        return np.concatenate([a, np.full((extra, *a.shape[1:]), fill, a.dtype)])
+
+    inputs = (grow(links, sentinel), grow(share, 0.0), grow(live, False), grow(size, 0.0),
+              grow(start, 0.0), grow(src, 0), nic, grow(base, base[0]),
+              grow(max_window, max_window[0]), *per_link, grow(pair, inert_pair),
+              np.r_[pair_link, sentinel].astype(np.int32))
+    if strike is not None:
+        strike = strike._replace(
+            links_after=grow(strike.links_after, sentinel),
+            pair_after=grow(strike.pair_after, inert_pair),
+            share_after=grow(strike.share_after, 0.0),
+            live_after=grow(strike.live_after, False), doomed=grow(strike.doomed, False),
+            group=np.r_[strike.group, np.arange(size.shape[0], count)].astype(np.int32),
+            resplit=grow(strike.resplit, False), inherit=grow(strike.inherit, 0.0))
+    return inputs, strike
 
 
 class _Sending(NamedTuple):
@@ -540,10 +578,12 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
 class PreparedDynamic:
     """One phase made ready for the device (host numpy): `inputs`, the positional arrays of
     `solver.dynamic.simulate_dynamic` up to its params (the GPU count left out: it is
-    `num_gpus`, static), `params`, `strike` (None: none) and `edges`; the static arguments;
+    `num_gpus`, static), `senders` (F': the real ones, `inputs` padded past them to a bucket:
+    `padded_senders`), `params`, `strike` (None: none) and `edges`; the static arguments;
     `memory` (bytes, `dynamic_memory`'s estimate); and what `_outcome` needs afterwards."""
 
     inputs: tuple
+    senders: int
     params: DynamicParams
     strike: Strike | None
     edges: np.ndarray
@@ -630,7 +670,6 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
                                flow_level, sending, nic[flows.src], network_rtt, dt,
                                pair_link)
         pair_link = timed.pair_link
-    pair_link = padded_pairs(pair_link, num_links)
     params = _params(scenario, stream, network_rtt, step, sending.conn_rate, bdp_pkts,
                      static.fabric_end_s, float(sending.start.max(initial=0.0)),
                      0.0 if timed is None else timed.react_s)
@@ -646,12 +685,16 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
               sending.base.astype(f32), sending.max_window.astype(f32), ext(capacity, np.inf),
               ext(buffer, np.inf), ext(kmin, 1e30), ext(kmax, 2e30), ext(multiplexed, 0.0),
               pair, pair_link)
-    assert inputs[PAIR_LINK] is pair_link
+    senders = sending.size.shape[0]
+    inputs, strike = padded_senders(inputs, None if timed is None else timed.strike,
+                                    flow_bucket(senders))
+    inputs = (*inputs[:PAIR_LINK], padded_pairs(inputs[PAIR_LINK], num_links),
+              *inputs[PAIR_LINK + 1:])
     return PreparedDynamic(
-        inputs=inputs,
+        inputs=inputs, senders=senders,
         params=DynamicParams(*(np.int32(v) if name in ("max_steps", "stride", "seed", "steady_steps")
                                else f32(v) for name, v in zip(DynamicParams._fields, params))),
-        strike=None if timed is None else timed.strike, edges=edges.astype(np.int32),
+        strike=strike, edges=edges.astype(np.int32),
         num_gpus=int(sending.nic.shape[0]),
         ev_rule=scenario.dynamic.mrc_ev_rule if policy.feedback == "recycle" else "fixed",
         lag=lag,
@@ -722,8 +765,15 @@ def run_dynamic_phases(prepared: list[PreparedDynamic], max_memory: int | None =
             else:
                 outs = _run_chunk([prepared[i] for i in chunk])
             for i, out in zip(chunk, outs):
-                results[i] = _outcome(jax.device_get(out), **prepared[i].finish)
+                results[i] = _outcome(_real_senders(jax.device_get(out), prepared[i].senders),
+                                      **prepared[i].finish)
     return results
+
+
+def _real_senders(out: Dynamic, senders: int) -> Dynamic:
+    """`out` with its per-sender arrays cut to the real senders (`padded_senders`)."""
+    return out._replace(**{name: getattr(out, name)[:senders] for name in (
+        "finish", "delivered", "trimmed", "duplicated", "stalls", "blackholed")})
 
 
 def _run_chunk(chunk: list[PreparedDynamic]) -> list:
