@@ -102,3 +102,20 @@ def test_padding_changes_no_number(policy, monkeypatch):
                 assert x == pytest.approx(y, rel=1e-5, abs=1e-9), field.name
             elif isinstance(x, (int, str, bool, type(None))):
                 assert x == y, field.name
+
+
+def test_the_dynamic_level_compiles_nothing_new_for_a_second_scenario_of_the_bucket():
+    """The dynamic level pads its senders to the same buckets (`engine.dynamic.padded_senders`):
+    50 and 53 GPUs, other seeds and sizes, trace no program the second time; a job of
+    another bucket does."""
+    dynamic = {"solver": {"model": "dynamic"}}
+    first = _scenario(50, seed=1, size="4MiB", policies=["mrc"], **dynamic)
+    second = _scenario(53, seed=2, size="6MiB", policies=["mrc"], **dynamic)
+    analyze(first)
+    before = _traces()
+    report = analyze(second)
+    assert _traces() == before, f"{_traces() - before} program(s) traced for the second"
+    (record,) = report.records
+    assert record.dynamic is not None and record.dynamic["completion_s"] > 0
+    analyze(_scenario(60, seed=3, size="4MiB", policies=["mrc"], **dynamic))
+    assert _traces() > before
