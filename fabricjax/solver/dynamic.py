@@ -897,9 +897,14 @@ def _step(run: _Run, s: _State) -> _State:
     wait = jnp.where(real & (lk.queue <= 0.0),
                      lk.merging * jnp.minimum(packet_wait(lk.busy, capacity, p.pkt),
                                               lk.others * p.pkt / capacity), 0.0)
-    # the last byte is in whichever used slot's queue drains last
-    joined = _last_byte_wait(run, s, lk, dl.frac, wait)
-    now_delay = jnp.max(jnp.where(s.share > 0, joined, 0.0), axis=1)
+    # the last byte is in whichever used slot's queue drains last: asked only in the steps
+    # where a flow ends (a gather over every entry, most steps none does)
+    def last_byte_delay(_):
+        joined = _last_byte_wait(run, s, lk, dl.frac, wait)
+        return jnp.max(jnp.where(s.share > 0, joined, 0.0), axis=1)
+
+    now_delay = jax.lax.cond(jnp.any(dl.done_now), last_byte_delay,
+                             lambda _: jnp.zeros_like(s.remaining), None)
     cc = _nscc(run, s, send, dl)
     # ---- records
     signals = _link_signals(lk.queue, capacity, run.kmin, run.kmax,
