@@ -384,6 +384,31 @@ def test_the_nics_round_robin_matches_a_packet_by_packet_one(seed):
         np.asarray(got)[np.asarray(held)].max(), rel=1e-6)
 
 
+def test_a_nic_its_flows_cannot_fill_gives_each_its_window_over_its_rtt():
+    """Two NICs: one its flows' windows cannot fill (each flow gets W / rtt, none held: the
+    search for the level is skipped where no NIC is full) and one they overfill (held at
+    one level, the NIC's rate shared); the first NIC's flows get the same whether or not the
+    second needs the search."""
+    pkt, nic = 4160.0, 12.5e9
+    rtt = np.full(6, 20e-6)
+    window = np.array([2, 3, 1, 64, 64, 64]) * pkt
+    src = np.array([0, 0, 0, 1, 1, 1])
+
+    def share(flows):
+        got, held = dyn.nic_round_robin(
+            jnp.asarray(window[flows], jnp.float32), jnp.asarray(rtt[flows], jnp.float32),
+            jnp.ones(flows.size, bool), jnp.asarray(src[flows], jnp.int32),
+            jnp.full(2, nic, jnp.float32), jnp.float32(pkt), 2)
+        return np.asarray(got, np.float64), np.asarray(held)
+
+    alone, held = share(np.arange(3))
+    np.testing.assert_allclose(alone, window[:3] / rtt[:3], rtol=1e-6)
+    assert not held.any()
+    both, held = share(np.arange(6))
+    np.testing.assert_allclose(both[:3], alone, rtol=1e-6)
+    assert held[3:].all() and both[3:].sum() == pytest.approx(nic, rel=1e-3)
+
+
 def whole_packets_reference(key, expected, pkt):
     """`dyn.whole_packets` in numpy on the same uniform draws: x / (1 - exp(-x)) packets with
     probability 1 - exp(-x)."""

@@ -368,9 +368,12 @@ def nic_round_robin(window, rtt, sending, src, nic, pkt, num_gpus: int, shared: 
         bounds = (jnp.log(nic / count), jnp.log(nic))
         return jax.lax.fori_loop(0, NIC_BISECTIONS, halve, bounds)[1]
 
-    # one flow per NIC (a permutation, a ring step) has the whole NIC: nothing to search
-    hi = (jax.lax.cond(jnp.any(count > 1.0), bisect, lambda _: jnp.log(nic), None) if shared
-          else jnp.log(nic))
+    # one flow per NIC (a permutation, a ring step) has the whole NIC: nothing to search;
+    # nor where no shared NIC is full even at its whole rate (filled grows with the level, so
+    # every level below leaves it unfilled too: no flow is held, whatever the search found)
+    full = filled(nic) >= nic * (1.0 - 1e-6)
+    hi = (jax.lax.cond(jnp.any((count > 1.0) & full), bisect, lambda _: jnp.log(nic), None)
+          if shared else jnp.log(nic))
     top = jnp.minimum(jnp.exp(hi), nic)     # exactly the NIC where one flow has it all
     level = jnp.where(filled(top) >= nic * (1.0 - 1e-6), top, jnp.inf)
     want = demand(level)
