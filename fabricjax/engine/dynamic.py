@@ -642,7 +642,8 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
     nic = np.asarray(fabric.gpu_nic_gbps, np.float64) * 1e9 / 8
     base = base_rtt_s(scenario, flow_h)
     step, lag, ack_lag = _step_lags(scenario, fabric, flows, size, network_rtt)
-    memory = check_dynamic_memory(num_flows, num_slots, hops,
+    # at the flow bucket the run is padded to (`padded_senders`)
+    memory = check_dynamic_memory(flow_bucket(num_flows), num_slots, hops,
                                   available_memory() if max_memory is None else max_memory,
                                   policy, scenario, num_links, lag, ack_lag)
     # the device sees no absolute clock; NSCC's constants scale with the connection's rate
