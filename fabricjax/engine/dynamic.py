@@ -53,8 +53,7 @@ from fabricjax.core.status import Status
 from fabricjax.core.units import format_bytes
 from fabricjax.engine.phase import PhaseOutcome, initial_slots, solve_policy_phase
 from fabricjax.engine.plan import (BYTES_PER_ENTRY, BYTES_PER_SLOT, available_memory,
-                                   flow_bucket,
-                                   dynamic_memory)
+                                   dynamic_memory, flow_bucket)
 from fabricjax.engine.timing import (base_rtt_s, packet_bytes, relative_starts,
                                      transport_latency_s)
 from fabricjax.fabric.build import AnyFabric

@@ -964,8 +964,8 @@ def _steady_jump(run: _Run, s: _State, fill, n_sending) -> _State:
 
 
 def _window_end(run: _Run, s: _State, fill, n_sending) -> _State:
-    """At a window's end: where every flow sending delivered
-    at the same rate (within `steady_tol`) in this window and the one before, and no flow
+    """At a window's end: where every flow sending delivered at the same rate (within
+    `steady_tol`) in this window and the one before, and no flow
     started or ended and no failure struck in this window, the state is a steady one (NSCC's
     windows and the queues may still oscillate, but around a cycle shorter than the window):
     jump to a window before the next event (the first flow's end at the two windows' mean
