@@ -6,24 +6,11 @@ which `compare.py --model dynamic` writes). Slow: the cases take over an hour to
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from fidelity import FIDELITY, compare
 
-FIDELITY = Path(__file__).resolve().parents[1] / "bench" / "fidelity"
 STEPPED_LOG = FIDELITY / "dynamic_last_run.log"
-
-
-def _compare():
-    spec = importlib.util.spec_from_file_location("compare", FIDELITY / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _compare()
 
 
 def stepped_rows() -> dict[str, dict[str, np.ndarray]]:
@@ -50,14 +37,11 @@ def test_the_stepping_log_covers_every_case():
 @pytest.mark.parametrize("case", sorted(compare.CASES))
 def test_skipping_keeps_the_case_within_one_percent_of_stepping(case, tmp_path, monkeypatch):
     monkeypatch.setitem(compare.DYNAMIC_OVERRIDES, "skip_steady", True)
-    seeds = [s for s in compare.SEEDS if compare.matrix_path(case, s).exists()]
-    ours = {s: compare.dynamic_fcts(case, s, tmp_path) for s in seeds}
+    seeds = compare.scored_seeds(case, compare.SEEDS)
+    ours = {"dynamic": {s: compare.dynamic_fcts(case, s, tmp_path) for s in seeds}}
     compare.release_when_crowded()
-    for run, recorded in STEPPED[case].items():
-        common = [s for s in seeds if compare.htsim_fcts(case, run, s) is not None]
-        policy = next(p for p, runs in compare.POLICIES.items() if run in runs)
-        key = run if run in ours[common[0]] else policy
-        skipping = np.mean([ours[s][key][:3] for s in common], axis=0) * 1e6
-        # the log rounds to 0.1 us: a short flow's 1% is within its rounding
-        np.testing.assert_allclose(skipping, recorded, rtol=0.01, atol=0.05,
-                                   err_msg=f"{case} {run}")
+    for _, run, variant, _, _, skipping, _ in compare.scored_rows(case, seeds, ours):
+        if not variant:
+            # the log rounds to 0.1 us: a short flow's 1% is within its rounding
+            np.testing.assert_allclose(skipping, STEPPED[case][run], rtol=0.01, atol=0.05,
+                                       err_msg=f"{case} {run}")

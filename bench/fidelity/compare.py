@@ -3,6 +3,8 @@
     .venv/bin/python bench/fidelity/compare.py            # every case with committed results
     .venv/bin/python bench/fidelity/compare.py --case ft128_1os_perm2MB --seeds 1
     .venv/bin/python bench/fidelity/compare.py --model dynamic --seeds 1   # one level only
+    .venv/bin/python bench/fidelity/compare.py --case ft128_1os_perm2MB --seeds 1 \
+        --record bench/fidelity/regression.tsv     # the rows make test holds the levels to
 
 `make bench-fidelity` runs it. It needs no htsim: the packet-level side is the per-flow FCTs
 committed in `results/<case>_<policy>_s<seed>.csv.gz` (written by `run_htsim.sh` from the
@@ -483,6 +485,34 @@ def dynamic_fcts(case: str, seed: int, workdir: Path, matrix_seed: int | None = 
     return out
 
 
+def scored_seeds(case: str, seeds) -> list[int]:
+    """The seeds of `seeds` the case has a matrix and some committed htsim FCTs for."""
+    return [s for s in seeds if matrix_path(case, s).exists() and any(
+        htsim_fcts(case, run, s) is not None for runs in POLICIES.values() for run in runs)]
+
+
+def scored_rows(case: str, seeds, ours: dict):
+    """(policy, htsim run, variant, model, htsim's (p50, p99, max) us, fabricjax's, error)
+    per row compare.py prints for `case`: each htsim run of each policy, against its
+    reference NIC (variant "") and, where committed, its NIC as pinned ("double_turn"), for
+    each level of `ours` ({model: {seed: MODELS[model]'s figures}}). Both sides are averaged
+    over the seeds of `seeds` that run has committed; error = fabricjax / htsim - 1."""
+    for policy, runs in POLICIES.items():
+        for run in runs:
+            for variant in ("", "double_turn"):
+                theirs = {s: htsim_fcts(case, run, s, variant) for s in seeds}
+                common = [s for s in seeds if theirs[s] is not None]
+                if not common:
+                    continue
+                h = np.mean([quantiles(theirs[s]) for s in common], axis=0) * 1e6
+                for model, figures in ours.items():
+                    # a run's own prediction where the level has one (the dynamic level's
+                    # REPS), else the policy's
+                    key = run if run in figures[common[0]] else policy
+                    f = np.mean([figures[s][key][:3] for s in common], axis=0) * 1e6
+                    yield policy, run, variant, model, h, f, f / h - 1.0
+
+
 MODELS = {"static": fabricjax_fcts, "dynamic": dynamic_fcts}
 
 
@@ -496,6 +526,9 @@ def main() -> int:
     parser.add_argument("--dynamic", action="append", default=[], metavar="KEY=VALUE",
                         help="a dynamic-level setting over the defaults, as YAML "
                              "(e.g. skip_steady=true); repeatable")
+    parser.add_argument("--record", metavar="TSV",
+                        help="also write each scored row's errors (p50, p99, max) to TSV, as "
+                             "regression.tsv holds them")
     args = parser.parse_args()
     for item in args.dynamic:
         key, sep, value = item.partition("=")
@@ -517,12 +550,11 @@ def main() -> int:
     within = dict.fromkeys(models, 0)
     pinned_rows = dict.fromkeys(models, 0)
     pinned_within = dict.fromkeys(models, 0)
+    record = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             target = CASES[case][3]
-            used = [s for s in seeds if matrix_path(case, s).exists() and any(
-                htsim_fcts(case, run, s) is not None for runs in POLICIES.values()
-                for run in runs)]
+            used = scored_seeds(case, seeds)
             if not used:
                 print(f"{case:<26} (no committed htsim results)")
                 continue
@@ -530,35 +562,27 @@ def main() -> int:
             # every case compiles programs of its own shapes: one process over all of them
             # would pass the kernel's limit on memory mappings and crash inside XLA
             release_when_crowded()
-            for policy, runs in POLICIES.items():
-                for run in runs:
-                    # the reference, then htsim's NIC as pinned where that run is committed
-                    for variant in ("", "double_turn"):
-                        theirs = {s: htsim_fcts(case, run, s, variant) for s in used}
-                        common = [s for s in used if theirs[s] is not None]
-                        if not common:
-                            continue
-                        h = np.mean([quantiles(theirs[s]) for s in common], axis=0) * 1e6
-                        for model in models:
-                            # a run's own prediction where the level has one (the
-                            # dynamic level's REPS), else the policy's
-                            key = run if run in ours[model][common[0]] else policy
-                            f = np.mean([ours[model][s][key][:3] for s in common],
-                                        axis=0) * 1e6
-                            err = f / h - 1.0
-                            ok = abs(err[0]) <= target and abs(err[2]) <= target
-                            verdict = "yes" if ok else "NO"
-                            if variant:
-                                pinned_rows[model] += 1
-                                pinned_within[model] += ok
-                                verdict = f"({verdict})  double turn"
-                            else:
-                                rows[model] += 1
-                                within[model] += ok
-                            print(f"{case:<26} {policy:<6} {run:<11} {model:<7} "
-                                  f"{h[0]:9.1f} {h[1]:8.1f} {h[2]:8.1f}   {f[0]:8.1f} "
-                                  f"{f[1]:8.1f} {f[2]:8.1f}   {err[0]:+7.1%} {err[1]:+7.1%} "
-                                  f"{err[2]:+7.1%}  {target:>5.0%}   {verdict}")
+            for policy, run, variant, model, h, f, err in scored_rows(case, used, ours):
+                ok = abs(err[0]) <= target and abs(err[2]) <= target
+                verdict = "yes" if ok else "NO"
+                if variant:
+                    pinned_rows[model] += 1
+                    pinned_within[model] += ok
+                    verdict = f"({verdict})  double turn"
+                else:
+                    rows[model] += 1
+                    within[model] += ok
+                    record.append((case, model, run, *err))
+                print(f"{case:<26} {policy:<6} {run:<11} {model:<7} "
+                      f"{h[0]:9.1f} {h[1]:8.1f} {h[2]:8.1f}   {f[0]:8.1f} "
+                      f"{f[1]:8.1f} {f[2]:8.1f}   {err[0]:+7.1%} {err[1]:+7.1%} "
+                      f"{err[2]:+7.1%}  {target:>5.0%}   {verdict}")
+    if args.record:
+        with open(args.record, "w") as fh:
+            fh.write("case\tmodel\trun\terr_p50\terr_p99\terr_max\n")
+            for case, model, run, *err in record:
+                fh.write(f"{case}\t{model}\t{run}\t" + "\t".join(f"{e:+.4f}" for e in err)
+                         + "\n")
     for model in models:
         line = (f"FCTs in us. {model}: {within[model]} of {rows[model]} rows within target "
                 f"(median and max).")
