@@ -20,6 +20,7 @@ from jax.experimental.serialize_executable import serialize
 
 from fabricjax.core import executables
 from fabricjax.core.executables import MAGIC, PREFIX, Unkeyable, cached_jit, fingerprint
+from fabricjax.core.jax_internals import compilation_cache_off, lru_store
 from fabricjax.fabric.clos import ClosGeometry
 from fabricjax.policies import get
 
@@ -288,3 +289,21 @@ def test_release_when_crowded_drops_compiled_programs_past_the_bound():
     assert executables.release_when_crowded(0)
     assert double._cache_size() == 0
     assert float(double(3.0)) == 6.0
+
+
+def test_the_private_jax_names_the_cache_relies_on_are_where_it_looks(tmp_path):
+    # core.jax_internals is the one module past JAX's public API: on the installed JAX its
+    # store keeps and returns bytes, and a compile inside its context touches no cache
+    store = lru_store(str(tmp_path), max_size=-1)
+    store.put("key", b"payload")
+    assert store.get("key") == b"payload"
+    with compilation_cache_off():
+        assert jax.jit(lambda x: x + 1)(1) == 2
+    assert jax.config.jax_enable_compilation_cache
+
+
+def test_only_the_adapter_imports_private_jax():
+    package = Path(__file__).resolve().parents[1] / "fabricjax"
+    offenders = [path.name for path in package.rglob("*.py")
+                 if "jax._src" in path.read_text() and path.name != "jax_internals.py"]
+    assert offenders == []

@@ -40,7 +40,7 @@ LAYERS = {
 # inside a folder, a module imports only the ones before it ("__init__" last: the registry)
 ORDER = {
     "fabricjax.core": ["version", "lazy", "errors", "status", "registry", "units", "output",
-                       "stream", "devices"],
+                       "stream", "devices", "jax_internals", "executables"],
     "fabricjax.fabric": ["spec", "clos", "graphfile", "fattree", "ksp", "graph", "paths", "build",
                          "failures", "bom"],
     "fabricjax.workload": ["flows", "traffic_matrix", "traffic_csv", "traffic_npz",

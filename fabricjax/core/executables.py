@@ -60,7 +60,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from jax._src import config as jax_config
+
+from fabricjax.core.jax_internals import compilation_cache_off, lru_store
 
 PREFIX = "fabricjax-exec-"
 MAGIC = b"fabricjax-executable/1\n"
@@ -277,9 +278,7 @@ def environment() -> dict:
 @functools.cache
 def _store(where: str, max_size: int):
     """JAX's own size-bounded LRU store on the folder: the same eviction and file lock."""
-    from jax._src.lru_cache import LRUCache
-
-    return LRUCache(where, max_size=max_size)
+    return lru_store(where, max_size)
 
 
 def _pack(record: dict, payload: bytes) -> bytes:
@@ -417,7 +416,7 @@ class CachedJit:
             if os.environ.get(ENV_REFILL, "on").strip().lower() in _OFF:
                 return compiled
             try:                # a real compile, which can be stored
-                with jax_config.enable_compilation_cache(False):
+                with compilation_cache_off():
                     # an option at its default value makes it a new compile: without one,
                     # JAX's in-memory cache hands back the deserialised executable
                     compiled = self.jitted.lower(*args, **kwargs).compile(
