@@ -460,11 +460,12 @@ class DynamicConfig(Strict):
         "false: one window per flow over all its planes, so a slow plane's trims are resent "
         "on the others (a what-if no packet-level reference here checks)."))
 
-    skip_steady: Annotated[bool, TRACED] = Field(False, description=(
+    skip_steady: Annotated[bool, TRACED] = Field(True, description=(
         "Skip steady states: where every flow sending delivered at the same rate (within "
         "steady_tolerance) over two windows of steady_rtts base RTTs and no flow started or "
         "ended, jump to a window before the next event with the rates held and the bytes "
-        "integrated; false: step through the whole phase."))
+        "integrated (every calibration case's FCTs as full stepping's); false: step through "
+        "the whole phase."))
     steady_rtts: Annotated[float, TRACED] = Field(8.0, gt=0.0, le=1e6, description=(
         "The steady-state test's window, in base RTTs (longer than NSCC's sawtooth)."))
     steady_tolerance: Annotated[float, TRACED] = Field(0.02, ge=0.0, le=1.0, description=(

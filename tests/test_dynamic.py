@@ -96,7 +96,8 @@ def quantiles_and_completion(out) -> np.ndarray:
     ("ecmp", "routed", "24MiB", 0.1),
 ])
 def test_skipping_steady_states_matches_full_stepping(policy, placement, size, tolerance):
-    stepped_sc = scenario(gpus=32, planes=2, radix=8, size=size, placement=placement)
+    stepped_sc = scenario(gpus=32, planes=2, radix=8, size=size, placement=placement,
+                          dynamic={"skip_steady": False})
     skipping_sc = scenario(gpus=32, planes=2, radix=8, size=size, placement=placement,
                            dynamic={"skip_steady": True, "steady_tolerance": tolerance})
     fabric, flows, stream = permutation(stepped_sc)
@@ -121,7 +122,7 @@ def test_skipping_steady_states_matches_full_stepping(policy, placement, size, t
 def test_a_jump_stops_before_a_flow_starts():
     # half the flows start late: the steady state before they start is skipped only up to
     # their start, which is stepped
-    base = scenario(gpus=32, planes=2, radix=8, size="16MiB")
+    base = scenario(gpus=32, planes=2, radix=8, size="16MiB", dynamic={"skip_steady": False})
     fabric, flows, stream = permutation(base)
     late = Flows(flows.src, flows.dst, flows.size,
                  start=np.where(np.arange(flows.num_flows) % 2 == 1, 400e-6, 0.0))
