@@ -293,7 +293,7 @@ def test_release_when_crowded_drops_compiled_programs_past_the_bound():
 
 def test_the_private_jax_names_the_cache_relies_on_are_where_it_looks(tmp_path):
     # core.jax_internals is the one module past JAX's public API: on the installed JAX its
-    # store keeps and returns bytes, and a compile inside its context touches no cache
+    # store keeps and returns bytes, and its context compiles and leaves the cache on after
     store = lru_store(str(tmp_path), max_size=-1)
     store.put("key", b"payload")
     assert store.get("key") == b"payload"
