@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
+.PHONY: demo design-demo test test-slow fuzz bench bench-scale bench-failures bench-memory \
         bench-collectives bench-incidence bench-coldstart bench-soak bench-fidelity bench-dynamic clean \
         docs docs-serve docs-outputs
 
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/fabricjax analyze scenarios/quickstart.yaml
+
+# the design search on a bundled 4,096-GPU space: the cheapest fabric that meets the target
+design-demo: $(STAMP)
+	$(BIN)/fabricjax design scenarios/design-demo.yaml --json design-demo.json --plot design-demo-plots
 
 # worksteal: a worker that runs out of tests takes queued ones from the other, so the
 # suite does not wait on one worker's last long tests

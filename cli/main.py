@@ -565,6 +565,112 @@ def _run_sweep(points, quiet: bool, done, streams):
 
 
 @app.command()
+def design(
+    design_file: Annotated[Path, typer.Argument(
+        help="Design YAML file: a scenario (GPUs, workload, failures) plus a `design` section "
+        "(space, target, objective, catalog).", metavar="DESIGN.yaml")],
+    json_path: Annotated[Optional[str], typer.Option(
+        "--json", metavar="PATH", help="Write the search as JSON: the cheapest feasible design "
+        "under `best`, the Pareto front under `front`, every design, every drop and why, the "
+        "time per stage.")] = None,
+    csv_path: Annotated[Optional[str], typer.Option(
+        "--csv", metavar="PATH", help="Write one row per evaluated design (fabric x policy) "
+        "as CSV.")] = None,
+    jsonl_path: Annotated[Optional[str], typer.Option(
+        "--jsonl", metavar="PATH", help="Stream one record per decided design to PATH (after "
+        "a header line), for --resume. Default: NAME.jsonl beside --json NAME.json, else "
+        "beside --csv NAME.csv.")] = None,
+    resume: ResumeOption = False,
+    plot: Annotated[Optional[str], typer.Option(
+        "--plot", metavar="DIR", help="Write the trade (objective against the target metric, "
+        "the front joined) as design_front.png into DIR.")] = None,
+    cache_dir: CacheDirOption = None,
+    quiet: QuietOption = False,
+) -> None:
+    """Find the cheapest fabric (money, watts or optics) that meets a completion, slowdown or
+    busbw target at a quantile over the failure sets: closed-form bounds first, then the
+    static level on the survivors, cheapest first, then the dynamic level on the front."""
+    from fabricjax.core.errors import ScenarioError
+    from fabricjax.scenario import load_design
+
+    try:
+        base, spec = load_design(design_file)
+    except ScenarioError as error:
+        _fail(str(error))
+    for path, option in ((csv_path, "--csv"), (json_path, "--json"), (jsonl_path, "--jsonl")):
+        _check_output(path, option, design_file)
+    stream_path = jsonl_path
+    if stream_path is None:
+        stream_path = _stream_for(json_path, design_file) or _stream_for(csv_path, design_file)
+    _check_distinct({"--csv": csv_path, "--json": json_path,
+                     "--jsonl" if jsonl_path is not None else "the stream": stream_path})
+    from fabricjax.core.output import STDOUT, output_kind, write_json, write_text
+
+    if resume and (stream_path is None or output_kind(stream_path) != "file"):
+        _fail("--resume: needs a file to resume from: --jsonl PATH, or --json / --csv naming a "
+              "file (the stream NAME.jsonl goes beside it)")
+    _check_plot_dir(plot)
+    from fabricjax.api import use_cache
+    from fabricjax.core.stream import StreamError, record_line
+    from fabricjax.sweeps.design import (design_csv, design_dict, design_header,
+                                         design_search, order_of, read_design_stream)
+
+    try:
+        use_cache(cache_dir, names=OPTION_NAMES)
+        first = design_header(base, spec, order_of(base, spec))
+    except ScenarioError as error:
+        _fail(str(error.with_source(str(design_file))))
+    done = []
+    if resume:
+        try:
+            done = read_design_stream(stream_path, first)
+        except StreamError as error:
+            _fail(f"--resume: {error}")
+    writer = None
+    if stream_path is not None:
+        writer = _open_stream(stream_path, record_line(first), resume)
+
+    def record(item: dict) -> None:
+        if writer is not None:
+            writer.write(record_line(item))
+
+    result = _computing(lambda: _with_progress(
+        lambda progress: design_search(base, spec, progress=progress, done=done,
+                                       on_record=record),
+        quiet, start="bounding", unit="designs"), design_file)
+    if writer is not None:
+        _writing("", writer.close)
+    data = design_dict(result)
+    if json_path is not None:
+        _writing("--json", lambda: write_json(data, json_path))
+    if csv_path is not None:
+        _writing("--csv", lambda: write_text(design_csv(result), csv_path))
+    written = []
+    if plot is not None:
+        from fabricjax.report.plots import plot_design_front
+
+        def draw() -> None:
+            Path(plot).mkdir(parents=True, exist_ok=True)
+            path = plot_design_front(data, Path(plot) / "design_front.png")
+            if path is not None:
+                written.append(path)
+        _writing("--plot", draw)
+    if STDOUT in (csv_path, json_path, stream_path):   # standard output carries that alone
+        return
+    from fabricjax.report.design import print_design
+
+    print_design(out, data)
+    replayed = sum(1 for r in done if r.get("stage") in ("static", "confirm"))
+    if replayed:
+        out.print(escape(f"{replayed} solve(s) taken from {_printable(stream_path)}"),
+                  highlight=False)
+    out.print(escape(f"searched in {result.total_s:.1f} s"), highlight=False)
+    for path in [p for p in (csv_path, json_path, stream_path) if p is not None] + [
+            str(w) for w in written]:
+        out.print(f"wrote {escape(_printable(path))}", highlight=False)
+
+
+@app.command()
 def topo(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file (its `fabric` section).",
                                              metavar="SCENARIO.yaml")],

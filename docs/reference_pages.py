@@ -177,11 +177,14 @@ def _paths(schema: dict, defs: dict) -> dict[str, list[str]]:
                         found[target] = [f"collective: {value}"]
                         walk(defs[target], f"{value} item: ")
                 continue
-            for target in refs(node):
+            values = node.get("additionalProperties")     # a mapping of named parts
+            named = [(t, f"{prefix}{name}.<name>") for t in
+                     (refs(values) if isinstance(values, dict) else [])]
+            for target, where in [(t, f"{prefix}{name}") for t in refs(node)] + named:
                 first = target not in found
-                found.setdefault(target, []).append(f"{prefix}{name}")
+                found.setdefault(target, []).append(where)
                 if first:
-                    walk(defs[target], f"{prefix}{name}.")
+                    walk(defs[target], f"{where}.")
     walk(schema, "")
     return found
 

@@ -6,6 +6,7 @@ The Python API (`fabricjax.api`; figures in `fabricjax.plot`), after
     sc = fj.load("scenarios/quickstart.yaml")
     rep = fj.analyze(sc.replace({"fabric.planes": 4}), policies=["ecmp", "mrc"])
     df = rep.to_pandas()
+    best = fj.design("scenarios/design-demo.yaml").best   # the cheapest fabric meeting a target
 
 The package is a stack of layers (DESIGN section 6); a module imports only from layers below
 it. This top level imports no JAX (nor matplotlib): the API module, which runs the studies,
@@ -22,8 +23,8 @@ from fabricjax.core.version import __version__
 # of one of them (PEP 562), so `import fabricjax`, `--help` and `fj.load(...).replace(...)`
 # stay light
 LAZY = {"Scenario": "fabricjax.handle", "load": "fabricjax.handle",
-        **{name: "fabricjax.api" for name in ("Analysis", "analyze", "configure", "grid",
-                                              "sweep")}}
+        **{name: "fabricjax.api" for name in ("Analysis", "Design", "analyze", "configure",
+                                              "design", "grid", "sweep")}}
 
 __all__ = ["ScenarioError", "__version__", "plot", *LAZY]
 

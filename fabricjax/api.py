@@ -33,9 +33,12 @@ from fabricjax.handle import Scenario, as_config, load
 from fabricjax.report.console import print_report
 from fabricjax.report.json import report_dict
 from fabricjax.results import Report
-from fabricjax.scenario import with_overrides
+from fabricjax.report.design import print_design
+from fabricjax.scenario import load_design, parse_design, with_overrides
 from fabricjax.study.analyze import analyze as run_analysis
 from fabricjax.sweeps import Axis, failure_figures, run_sweep, sweep_points
+from fabricjax.sweeps.design import (DESIGN_COLUMNS, DesignResult, design_dict, design_rows,
+                                     design_search)
 
 Progress = Callable[[str, int, int], None]
 # the API's arguments that override scenario fields, and those fields
@@ -308,5 +311,73 @@ def sweep(scenario: Scenario | ScenarioConfig | str | Path,
     return _frame(result.rows, result.columns) if frame else list(result.rows)
 
 
-__all__ = ["Analysis", "Scenario", "ScenarioError", "analyze", "check_fits", "configure",
-           "grid", "load", "memory_limit", "sweep", "use_cache"]
+class Design:
+    """What `design` found: `best` (the cheapest design that meets the target, a dict; None
+    when none does), `front` (the Pareto front), `dropped` (each dropped design, its stage and
+    why), `stages` (designs in, dropped and seconds per stage) and `result` (the whole
+    `sweeps.design.DesignResult`)."""
+
+    def __init__(self, result: DesignResult):
+        self.result = result
+        self._data = design_dict(result)
+
+    best = property(lambda self: self._data["best"])
+    front = property(lambda self: self._data["front"])
+    dropped = property(lambda self: self._data["dropped"])
+    stages = property(lambda self: self._data["stages"])
+
+    def to_records(self) -> list[dict]:
+        """One dict per evaluated design (fabric x policy): its coordinates, bill and cost,
+        the target metric, its bound, feasibility, margin and whether it is on the front."""
+        return design_rows(self.result)
+
+    def to_pandas(self) -> Any:
+        """`to_records()` as a pandas DataFrame (needs the `fabricjax[pandas]` extra)."""
+        return _frame(self.to_records(), DESIGN_COLUMNS)
+
+    def to_dict(self) -> dict:
+        """The JSON form `fabricjax design --json` writes."""
+        return self._data
+
+    def show(self, console: Any = None) -> None:
+        """Print what `fabricjax design` prints (on `console`, else standard output)."""
+        from rich.console import Console
+
+        print_design(console or Console(), self._data)
+
+    def __repr__(self) -> str:
+        best = self.best
+        found = (f"best {best['design']} / {best['policy']}" if best is not None
+                 else "no design meets the target")
+        return f"Design({self.result.scenario!r}: {found}, {len(self.front)} on the front)"
+
+
+def design(scenario: Scenario | ScenarioConfig | str | Path, spec: Any = None, *,
+           progress: bool | Progress | None = None, cache_dir: str | None = None,
+           done: list[dict] | None = None,
+           on_record: Callable[[dict], None] | None = None) -> Design:
+    """Search a design space for the cheapest fabric that meets a target (see
+    `sweeps.design`): `scenario` a design file's path (scenario plus `design` section) with
+    `spec` None, or any scenario with `spec` the `design` section (a dict, as in the file, or
+    a `config.DesignConfig`). `done` / `on_record`: the search's stream, as
+    `fabricjax design --resume` replays and writes it."""
+    if spec is None:
+        if not isinstance(scenario, (str, Path)):
+            raise ScenarioError("spec", "a design section is needed: pass spec={...} (space, "
+                                "target, objective), or a design file's path")
+        config, spec = load_design(scenario)
+    else:
+        config, spec = as_config(scenario), parse_design(spec)
+    use_cache(cache_dir)
+    callback, bar = _progress(progress)
+    try:
+        result = design_search(config, spec, progress=callback, done=done,
+                               on_record=on_record)
+    finally:
+        if bar is not None:
+            bar.stop()
+    return Design(result)
+
+
+__all__ = ["Analysis", "Design", "Scenario", "ScenarioError", "analyze", "check_fits",
+           "configure", "design", "grid", "load", "memory_limit", "sweep", "use_cache"]

@@ -57,6 +57,31 @@ def _registered_policies() -> list[str]:
     return list(known_names())
 
 
+def down_up_ratio(value: Any) -> Any:
+    """`3`, `3.0` or the way it is said, `"3:1"` (down:up ports of a T0), as a number."""
+    if isinstance(value, str):
+        parts = value.replace(" ", "").split(":")
+        try:
+            down, up = (float(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"expected a number or a ratio such as '3:1' (down:up ports), "
+                             f"got {_short(value)}") from None
+        if not (down > 0 and up > 0):
+            raise ValueError(f"a ratio of positive numbers such as '3:1', got "
+                             f"{_short(value)}")
+        return down / up
+    return value
+
+
+def port_rate_gbps(value: Any) -> float:
+    """A port's or NIC's rate in Gbit/s from `100`, `'100G'` or `'1.6T'`, in range."""
+    rate = parse_rate_gbps(value)
+    if not MIN_RATE_GBPS <= rate <= MAX_RATE_GBPS:
+        raise ValueError(f"allowed: {MIN_RATE_GBPS:g} .. {MAX_RATE_GBPS:g} Gbit/s "
+                         f"(got {rate:g})")
+    return rate
+
+
 class Strict(BaseModel):
     # strict: YAML's `yes`/`true` must not pass as the integer 1 (`planes: yes`).
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -131,28 +156,12 @@ class FabricConfig(Strict):
     @field_validator("oversubscription", mode="before")
     @classmethod
     def _ratio(cls, value: Any) -> Any:
-        """`3`, `3.0` or the way it is said, `"3:1"` (down:up ports of a T0)."""
-        if isinstance(value, str):
-            parts = value.replace(" ", "").split(":")
-            try:
-                down, up = (float(p) for p in parts)
-            except ValueError:
-                raise ValueError(f"expected a number or a ratio such as '3:1' (down:up ports), "
-                                 f"got {_short(value)}") from None
-            if not (down > 0 and up > 0):
-                raise ValueError(f"a ratio of positive numbers such as '3:1', got "
-                                 f"{_short(value)}")
-            return down / up
-        return value
+        return down_up_ratio(value)
 
     @field_validator("port_gbps", mode="before")
     @classmethod
     def _rate(cls, value: Any) -> float:
-        rate = parse_rate_gbps(value)
-        if not MIN_RATE_GBPS <= rate <= MAX_RATE_GBPS:
-            raise ValueError(f"allowed: {MIN_RATE_GBPS:g} .. {MAX_RATE_GBPS:g} Gbit/s "
-                             f"(got {rate:g})")
-        return rate
+        return port_rate_gbps(value)
 
 
 class _WorkloadBase(Strict):
@@ -670,6 +679,139 @@ class BomConfig(Strict):
         return self.model_dump(exclude_defaults=True)
 
 
+# --------------------------------------------------------------------------- design search
+
+class CatalogSwitch(Strict):
+    """A switch part: one ASIC's box, without optics."""
+
+    capacity_gbps: float = Field(gt=0.0, le=1e7, description=(
+        "Switching capacity in Gbit/s (51200 for a 51.2 Tbit/s ASIC)."))
+    port_speeds: list[float] = Field(min_length=1, description=(
+        "Port rates in Gbit/s the box can run (each gives radix = capacity / rate)."))
+    watts: float = Field(ge=0.0, le=1e6, description="Watts of the box without optics.")
+    price_usd: float = Field(ge=0.0, le=1e9, description="Price of one box in US dollars.")
+    source: str = Field("", description="Where the figures come from.")
+
+
+class CatalogPart(Strict):
+    """A priced part with a power draw: an optic module, a copper cable, a NIC."""
+
+    price_usd: float = Field(ge=0.0, le=1e9, description="Price of one in US dollars.")
+    watts: float = Field(0.0, ge=0.0, le=1e5, description="Watts of one.")
+    source: str = Field("", description="Where the figures come from.")
+
+
+class CatalogConfig(Strict):
+    """Parts and prices a design is costed with. The bundled catalog
+    (`fabricjax/data/catalog.yaml`) is complete; a design file's `design.catalog` lays parts
+    over it (a switch or optic named there replaces or adds that one part)."""
+
+    note: str = Field("", description="What the figures are (approximate, not a quote).")
+    switches: dict[str, CatalogSwitch] = Field({}, description="Switch parts by name.")
+    optics: dict[float, CatalogPart] = Field({}, description=(
+        "Pluggable optic modules by speed in Gbit/s (one module serves up to 8 ports)."))
+    copper: CatalogPart | None = Field(None, description="A copper (DAC) cable.")
+    nic: CatalogPart | None = Field(None, description=(
+        "One GPU's NIC (all its planes); the same on every design, so it moves no ranking."))
+
+
+class DesignSpaceConfig(Strict):
+    """The designs to search: every combination of these (`nic_gbps` split over `planes`
+    sets each design's port rate; the switch's capacity over that rate sets its radix)."""
+
+    switches: list[str] | None = Field(None, min_length=1, description=(
+        "Catalog switch parts to build with (default: every one in the catalog)."))
+    planes: list[Annotated[int, Field(ge=1, le=64)]] = Field([1, 8], min_length=1, description=(
+        "Planes per NIC; each design's port rate is nic_gbps / planes."))
+    tiers: list[Literal[2, 3]] = Field([2, 3], min_length=1, description=(
+        "Switch tiers: 2 (multi-plane Clos) or 3 (fat tree, built 1:1)."))
+    oversubscription: list[NumberOrText] = Field([1.0], min_length=1, description=(
+        "T0 down:up ratios to try (1, 3 or '3:1'); fat trees are built 1:1 only."))
+    policies: list[Annotated[str, AfterValidator(_known_policy)]] | None = Field(
+        None, min_length=1, description=(
+            "Load-balancing policies to try on each fabric (default: the scenario's, without "
+            "optimal, which is a bound and not a deployable policy)."))
+    evs: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(None, min_length=1, description=(
+        "Entropy values (paths per connection) to try for spray and mrc (default: the "
+        "scenario's sections)."))
+
+    @field_validator("oversubscription", mode="before")
+    @classmethod
+    def _ratios(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        return [down_up_ratio(v) for v in value]
+
+    @field_validator("planes", "tiers", "oversubscription", "switches", "policies", "evs")
+    @classmethod
+    def _distinct(cls, value: list | None) -> list | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"each value may appear once, got {value}")
+        return value
+
+
+class DesignTargetConfig(Strict):
+    """What a design must achieve, on every workload item and job, at `quantile` over the
+    scenario's failure sets (`healthy`: with nothing failed)."""
+
+    metric: Literal["slowdown", "completion_s", "busbw_gbps", "step_time_s"] = Field(
+        "slowdown", description=(
+            "slowdown: completion over the perfect network's (the endpoint bound; 1.05 = "
+            "within 5%); completion_s: seconds; busbw_gbps: bus bandwidth; step_time_s: a "
+            "training step's time (healthy only)."))
+    max: float | None = Field(None, gt=0.0, le=1e12, description=(
+        "The most the metric may be (slowdown, completion_s, step_time_s)."))
+    min: float | None = Field(None, gt=0.0, le=1e12, description=(
+        "The least the metric may be (busbw_gbps)."))
+    quantile: Literal["healthy", "p50", "p99", "max"] = Field("p99", description=(
+        "Where over the failure sets the target applies (healthy: no failures)."))
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "DesignTargetConfig":
+        wanted = "min" if self.metric == "busbw_gbps" else "max"
+        given = [k for k in ("max", "min") if getattr(self, k) is not None]
+        if given != [wanted]:
+            raise ValueError(f"{self.metric} needs '{wanted}' alone (a "
+                             f"{'floor' if wanted == 'min' else 'ceiling'}); got "
+                             f"{', '.join(given) or 'neither max nor min'}")
+        if self.metric == "step_time_s" and self.quantile != "healthy":
+            raise ValueError("step_time_s is known on the healthy fabric only; allowed: "
+                             "quantile: healthy (or metric: slowdown, which the failure "
+                             "sets give)")
+        return self
+
+
+class DesignConfirmConfig(Strict):
+    """The dynamic level's confirmation of the front (healthy fabric, time-stepped)."""
+
+    dynamic: bool = Field(True, description="Confirm the feasible front with the dynamic level.")
+    max_flows: int = Field(20_000, ge=1, le=10**8, description=(
+        "Items with a phase of more fabric flows than this are left out of the check (the "
+        "dynamic level steps every flow through time)."))
+
+
+class DesignConfig(Strict):
+    """`fabricjax design`: the cheapest fabric that meets a target. The rest of the file is
+    an ordinary scenario (GPUs, workload, failures); its `fabric` section gives what every
+    design shares (GPUs, servers) and the space below what varies."""
+
+    nic_gbps: NumberOrText = Field(800.0, description=(
+        "Each GPU's NIC rate in Gbit/s ('800G'), split evenly over the planes."))
+    space: DesignSpaceConfig = Field(DesignSpaceConfig(), description="The designs to search.")
+    target: DesignTargetConfig = Field(description="What a design must achieve.")
+    objective: Literal["cost", "watts", "optics"] = Field("cost", description=(
+        "What 'cheapest' means: money (US dollars), watts, or optic modules."))
+    catalog: CatalogConfig = Field(CatalogConfig(), description=(
+        "Parts laid over the bundled catalog (same fields)."))
+    confirm: DesignConfirmConfig = Field(DesignConfirmConfig(), description=(
+        "The dynamic level's confirmation of the front."))
+
+    @field_validator("nic_gbps", mode="before")
+    @classmethod
+    def _nic(cls, value: Any) -> float:
+        return port_rate_gbps(value)
+
+
 class Scenario(Strict):
     """A scenario: the fabric, the traffic, the failures, the policies to compare.
 
@@ -780,6 +922,11 @@ def scenario_schema() -> dict:
         fields["policies"] = (list[Literal[names]], Field(  # type: ignore[valid-type]
             default_factory=_registered_policies, min_length=1,
             description=Scenario.model_fields["policies"].description))
+
+    # a design file (`fabricjax design`) is a scenario plus this one section
+    fields["design"] = (DesignConfig | None, Field(None, description=(
+        "Design files only (fabricjax design): the space to search, the target, the "
+        "objective and the parts catalog.")))
 
     class Checked(Scenario):
         model_config = ConfigDict(extra="forbid")

@@ -28,8 +28,8 @@ import pydantic
 import yaml
 from pydantic import BaseModel
 
-from fabricjax.config import (COLLECTIVES, AllReduceConfig, ChakraConfig, FabricKind,
-                              PermutationConfig, RankedConfig, Scenario, SendRecvConfig,
+from fabricjax.config import (COLLECTIVES, AllReduceConfig, ChakraConfig, DesignConfig,
+                              FabricKind, PermutationConfig, RankedConfig, Scenario, SendRecvConfig,
                               TrafficConfig, TrainingConfig, job_size)
 from fabricjax.core.errors import ScenarioError, one_line, short_repr
 from fabricjax.core.registry import known_names, lookup, sections
@@ -439,8 +439,8 @@ SafeLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read, parse and validate a scenario file; every failure is a ScenarioError."""
+def read_yaml(path: str | Path, what: str = "scenario") -> Any:
+    """The YAML data of the file at `path`; every failure is a ScenarioError naming it."""
     path = Path(path)
     source = str(path)
     try:
@@ -448,23 +448,27 @@ def load_scenario(path: str | Path) -> Scenario:
     except FileNotFoundError:
         raise ScenarioError("", "no such file", source) from None
     except IsADirectoryError:
-        raise ScenarioError("", "is a directory, expected a YAML scenario file", source) from None
+        raise ScenarioError("", f"is a directory, expected a YAML {what} file", source) from None
     except OSError as err:
         raise ScenarioError("", f"cannot read: {err.strerror}", source) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ScenarioError("", "is not UTF-8 text; expected a YAML scenario file",
+        raise ScenarioError("", f"is not UTF-8 text; expected a YAML {what} file",
                             source) from None
     try:
-        data = yaml.load(text, Loader=SafeLoader)
+        return yaml.load(text, Loader=SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or "unparseable"
         raise ScenarioError("", f"is not valid YAML ({problem}{where})", source) from None
     except RecursionError:
-        raise ScenarioError("", "is nested too deeply to be a scenario", source) from None
+        raise ScenarioError("", f"is nested too deeply to be a {what}", source) from None
+
+
+def _located_scenario(data: Any, path: Path) -> Scenario:
+    source = str(path)
     try:
         scenario = parse_scenario(data, default_name=path.stem, base_dir=path.parent)
     except ScenarioError as err:
@@ -476,6 +480,73 @@ def load_scenario(path: str | Path) -> Scenario:
     except ScenarioError as err:
         raise err.with_source(source) from None
     return scenario.located(path.parent, counts)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read, parse and validate a scenario file; every failure is a ScenarioError."""
+    return _located_scenario(read_yaml(path), Path(path))
+
+
+DESIGN_FIELD = "design"
+
+
+def load_design(path: str | Path) -> tuple[Scenario, DesignConfig]:
+    """Read a design file: an ordinary scenario (validated as `load_scenario` does) plus a
+    `design` section (a `DesignConfig`); every failure is a ScenarioError."""
+    path = Path(path)
+    data = read_yaml(path, "design")
+    if not isinstance(data, dict) or DESIGN_FIELD not in data:
+        raise ScenarioError(DESIGN_FIELD, "required field is missing; a design file is a "
+                            "scenario plus a 'design' section (space, target, objective)",
+                            str(path))
+    data = dict(data)
+    try:
+        spec = parse_design(data.pop(DESIGN_FIELD))
+        data["fabric"] = design_base_fabric(data.get("fabric"))
+    except ScenarioError as err:
+        raise err.with_source(str(path)) from None
+    return _located_scenario(data, path), spec
+
+
+# the fabric fields each design of a search sets for itself (`design.space`, `nic_gbps`)
+DESIGN_OWNED = ("kind", "tiers", "planes", "port_gbps", "radix", "oversubscription", "file",
+                "format")
+
+
+def design_base_fabric(fabric: Any) -> dict:
+    """A design file's `fabric` section made a valid placeholder: what every design shares
+    (GPUs, servers, scale-up, paths) as written, and a single-plane two-tier Clos just big
+    enough for the GPUs in place of what the space sets. ScenarioError naming a field the
+    space owns, if the file sets one."""
+    if fabric is None:
+        fabric = {}
+    if not isinstance(fabric, dict):
+        raise ScenarioError("fabric", f"expected a mapping of fields (got {_short(fabric)})")
+    for name in DESIGN_OWNED:
+        if name in fabric:
+            raise ScenarioError(f"fabric.{name}", "is set by each design of the search "
+                                "(design.space, design.nic_gbps); allowed in a design file's "
+                                "fabric: the fields every design shares, e.g. gpus, "
+                                "gpus_per_server, scaleup_gbps, rail_optimised, paths")
+    gpus = fabric.get("gpus", 1024)
+    radix = 4
+    while isinstance(gpus, int) and radix * (radix // 2) < gpus and radix < 4096:
+        radix += 2
+    return {**fabric, "planes": 1, "radix": max(radix, 64)}
+
+
+def parse_design(section: Any) -> DesignConfig:
+    """Validate a `design` section's data (raises ScenarioError naming `design.<field>`)."""
+    if isinstance(section, DesignConfig):
+        return section
+    if not isinstance(section, dict):
+        raise ScenarioError(DESIGN_FIELD, "expected a mapping of fields, e.g. {target: "
+                            f"{{max: 1.05}}}} (got {_short(section)})")
+    _check_values(section)
+    try:
+        return DesignConfig.model_validate(section)
+    except pydantic.ValidationError as err:
+        raise _format_validation_error(err, DesignConfig, (DESIGN_FIELD,)) from None
 
 
 def input_files(scenario: Scenario) -> dict[str, Path]:

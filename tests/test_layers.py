@@ -51,8 +51,9 @@ ORDER = {
     "fabricjax.policies": ["base", "ecmp", "spray", "mrc", "optimal", "__init__"],
     "fabricjax.engine": ["plan", "timing", "phase", "batch", "dynamic"],
     "fabricjax.study": ["sharing", "resilience", "sensitivity", "analyze"],
-    "fabricjax.report": ["json", "layout", "tables", "sweep", "console", "topo", "plots"],
-    "fabricjax.sweeps": ["grid", "run", "__init__"],
+    "fabricjax.report": ["json", "layout", "tables", "sweep", "console", "topo", "design",
+                         "plots"],
+    "fabricjax.sweeps": ["grid", "run", "design", "__init__"],
 }
 # public standard-library names that start with an underscore: named tuples' API, os._exit
 PUBLIC_UNDERSCORE = {"_replace", "_fields", "_asdict", "_make", "_field_defaults", "_exit"}

@@ -53,6 +53,8 @@ def test_the_wheel_holds_every_module(wheel):
     packed = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
     assert modules - packed == set(), "modules missing from the wheel"
     assert packed - modules == set(), "modules in the wheel but not in the source tree"
+    # the parts catalog the design search prices with travels as package data
+    assert "fabricjax/data/catalog.yaml" in zipfile.ZipFile(wheel).namelist()
 
 
 def test_wheel_installs_into_a_fresh_environment(wheel, tmp_path):

@@ -741,3 +741,53 @@ def write_plots(report, directory: str | Path, *, sweep: Any = None) -> list[Pat
                     written.append(plot_sweep(rows, axes, folder / f"sweep_{metric}.png",
                                               metric=metric, title=title))
     return [p for p in written if p is not None]
+
+
+# --------------------------------------------------------------------------- design search
+
+OBJECTIVE_AXES = {"cost": ("cost_usd", "cost (US$)"), "watts": ("watts", "power (W)"),
+                  "optics": ("optic_modules", "optic modules")}
+
+
+def plot_design_front(data: dict, path: str | Path | None = None) -> Any:
+    """A design search's trade (`sweeps.design.design_dict` data): every evaluated design at
+    its objective (x) and target metric (y), one colour per policy, hollow where it misses the
+    target; the Pareto front (of the designs that meet it) joined, the target drawn, the
+    cheapest feasible design ringed.
+    None when no design has a metric."""
+    target, objective = data["target"], data["objective"]
+    metric = target["metric"]
+    key, label = OBJECTIVE_AXES[objective]
+    designs = [d for d in data["designs"] if d["metric"] is not None]
+    if not designs:
+        return None
+    fig, axes = _new_figure()
+    ax = axes[0, 0]
+    for policy in _ordered_policies({d["policy"] for d in designs}):
+        mine = [d for d in designs if d["policy"] == policy]
+        colour = policy_colour(policy)
+        for feasible in (True, False):
+            pts = [d for d in mine if d["feasible"] is feasible]
+            if pts:
+                ax.scatter([d[key] for d in pts], [d["metric"] for d in pts], s=36,
+                           label=policy if feasible or not any(d["feasible"] for d in mine)
+                           else None, facecolors=colour if feasible else "none",
+                           edgecolors=colour, linewidths=1.2, zorder=3)
+    front = sorted(data["front"], key=lambda d: d[key])
+    if front:
+        ax.plot([d[key] for d in front], [d["metric"] for d in front], color="0.4",
+                linewidth=0.8, linestyle="--", label="Pareto front", zorder=2)
+    bound = target["max"] if target["max"] is not None else target["min"]
+    ax.axhline(bound, color="#c0392b", linewidth=1.0, label=f"target {bound:g}")
+    best = data["best"]
+    if best is not None:
+        ax.scatter([best[key]], [best["metric"]], s=220, facecolors="none",
+                   edgecolors="black", linewidths=1.5, zorder=4, label="cheapest feasible")
+        ax.annotate(best["design"], (best[key], best["metric"]), textcoords="offset points",
+                    xytext=(8, 8), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel(label + " (log)")
+    ax.set_ylabel(f"{metric} at {target['quantile']}")
+    ax.legend(fontsize=8, frameon=False)
+    fig.suptitle(f"{data['scenario']}: {target['text']}", fontsize=10)
+    return _finish(fig, path)
