@@ -132,6 +132,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("chakra", ("fabricjax analyze scenarios/chakra-example.yaml -q",),
            cut=_between("Training step: communication", "Training step per policy")),
     Output("fat-tree-3tier", ("fabricjax analyze scenarios/fat-tree-3tier.yaml -q",)),
+    Output("design-demo", ("fabricjax design scenarios/design-demo.yaml --json demo.json "
+                           "--plot plots",)),
     Output("sensitivity", ("fabricjax analyze scenarios/quickstart.yaml --sensitivity -q -p ecmp -p spray",),
            cut=_from("Which links to upgrade")),
 )
@@ -140,6 +142,9 @@ OUTPUTS: tuple[Output, ...] = (
 # cache's contents. Each pattern's match becomes its replacement.
 MASKS: tuple[tuple[str, str], ...] = (
     (r"point\(s\) in [0-9.]+ s", "point(s) in <s> s"),
+    # a design search's seconds per stage and in all
+    (r"(dropped(?:, \d+ confirmed)?), [0-9.]+ s", r"\1, <s> s"),
+    (r"searched in [0-9.]+ s", "searched in <s> s"),
     # a sweep's CSV row ends with the point's wall seconds (point_wall_s)
     (r"(?m)^(\d+,.*),[0-9.]+$", r"\1,<s>"),
     (r"(compilation cache: [^:]*): .*", r"\1: <contents>"),
