@@ -134,6 +134,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("fat-tree-3tier", ("fabricjax analyze scenarios/fat-tree-3tier.yaml -q",)),
     Output("design-demo", ("fabricjax design scenarios/design-demo.yaml --json demo.json "
                            "--plot plots",)),
+    Output("design-mrc-131k", ("fabricjax design scenarios/design-mrc-131k.yaml --json mrc.json",)),
     Output("sensitivity", ("fabricjax analyze scenarios/quickstart.yaml --sensitivity -q -p ecmp -p spray",),
            cut=_from("Which links to upgrade")),
 )

@@ -64,10 +64,6 @@ from fabricjax.workload.build import build_workload
 STREAM_KIND = "fabricjax design"
 # the policy that is a bound on every other, not something a fabric can deploy
 REFERENCE_POLICY = "optimal"
-STAGES = ("enumerate", "bound", "static", "confirm")
-METRIC_LABELS = {"slowdown": "slowdown (completion / perfect network)",
-                 "completion_s": "completion (s)", "busbw_gbps": "bus bandwidth (Gbit/s)",
-                 "step_time_s": "step time (s)"}
 # relative difference below which two figures on the front count as equal
 FRONT_TOLERANCE = 1e-6
 OBJECTIVE_KEYS = {"cost": "cost_usd", "watts": "watts", "optics": "optic_modules"}
