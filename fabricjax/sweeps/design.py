@@ -50,6 +50,7 @@ import yaml
 
 from fabricjax.config import CatalogConfig, DesignConfig, FabricKind, Scenario
 from fabricjax.core.errors import ScenarioError
+from fabricjax.core.registry import known_names, lookup, sections
 from fabricjax.core.stream import header, read_stream
 from fabricjax.core.units import value_text
 from fabricjax.engine.timing import endpoint_bound_time_s, phase_duration_s, wire_factor
@@ -62,8 +63,6 @@ from fabricjax.sweeps.run import run_sweep
 from fabricjax.workload.build import build_workload
 
 STREAM_KIND = "fabricjax design"
-# the policy that is a bound on every other, not something a fabric can deploy
-REFERENCE_POLICY = "optimal"
 # relative difference below which two figures on the front count as equal
 FRONT_TOLERANCE = 1e-6
 OBJECTIVE_KEYS = {"cost": "cost_usd", "watts": "watts", "optics": "optic_modules"}
@@ -120,15 +119,21 @@ class Candidate:
         return out
 
 
+def is_bound(policy: str) -> bool:
+    """Whether a policy is a bound on the others (no transport, nothing a fabric can run)."""
+    return not lookup(policy).transient
+
+
 def _design_policies(base: Scenario, spec: DesignConfig) -> list[str]:
-    policies = list(spec.space.policies or [p for p in base.policies
-                                             if p != REFERENCE_POLICY])
-    if REFERENCE_POLICY in policies:
-        raise ScenarioError("design.space.policies", f"{REFERENCE_POLICY} is a bound on every "
-                            "policy, not one a fabric can run; allowed: the others")
+    policies = list(spec.space.policies or [p for p in base.policies if not is_bound(p)])
+    bounds = [p for p in policies if is_bound(p)]
+    if bounds:
+        raise ScenarioError("design.space.policies", f"{bounds[0]} is a bound on every "
+                            "policy, not one a fabric can run; allowed: "
+                            f"{', '.join(p for p in known_names() if not is_bound(p))}")
     if not policies:
         raise ScenarioError("design.space.policies", "no policy to run; the scenario's are "
-                            f"{', '.join(base.policies)} (optimal is a bound, not a design)")
+                            f"{', '.join(base.policies)}, all bounds, not designs")
     return policies
 
 
@@ -144,9 +149,9 @@ def _scenario_for(base: Scenario, dump: dict, cand: Candidate, catalog: CatalogC
                    "optic_watts": {**data.get("bom", {}).get("optic_watts", {}),
                                    **{speed: o.watts for speed, o in catalog.optics.items()}}}
     data["policies"] = policies
-    if cand.evs is not None:
-        for section in ("spray", "mrc"):
-            if section in data and isinstance(data[section], dict):
+    if cand.evs is not None:          # every policy section with an EV count takes it
+        for section, model in sections().items():
+            if "evs" in model.model_fields and isinstance(data.get(section), dict):
                 data[section] = {**data[section], "evs": cand.evs}
     if cand.oversubscription != 1 and cand.tiers == 3:
         raise ScenarioError("fabric.oversubscription", "fat trees are built 1:1 here; allowed: "
