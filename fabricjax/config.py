@@ -805,6 +805,9 @@ class DesignConfig(Strict):
         "Parts laid over the bundled catalog (same fields)."))
     confirm: DesignConfirmConfig = Field(DesignConfirmConfig(), description=(
         "The dynamic level's confirmation of the front."))
+    upgrades: bool = Field(False, description=(
+        "Name the links whose upgrade would most shorten the cheapest design's binding item "
+        "(the healthy static solve's gradients, as analyze --sensitivity; one more solve)."))
 
     @field_validator("nic_gbps", mode="before")
     @classmethod

@@ -201,3 +201,19 @@ def test_design_config_documents_every_field():
 def test_a_design_file_loads(tmp_path):
     base, spec = load_design(_design_file(tmp_path))
     assert base.fabric.gpus == 32 and spec.nic_gbps == 400
+
+
+def test_upgrades_name_the_links_of_the_binding_item():
+    """ECMP's hash collisions make the healthy ring link-bound: the gradients name links, and
+    each one named saves time."""
+    base = _scenario()
+    spec = parse_design({**DESIGN, "upgrades": True,
+                         "target": {"metric": "slowdown", "max": 10.0, "quantile": "p99"},
+                         "space": {**DESIGN["space"], "switches": ["tiny-3.2T"], "planes": [1],
+                                   "tiers": [2], "policies": ["ecmp"]}})
+    result = design_search(base, spec)
+    upgrades = result.best["upgrades"]
+    assert 1 <= len(upgrades) <= 3, upgrades
+    assert all(u["us_saved_per_gbps"] > 0 and u["utilisation"] > 0 for u in upgrades)
+    saved = [u["us_saved_per_gbps"] for u in upgrades]
+    assert saved == sorted(saved, reverse=True)

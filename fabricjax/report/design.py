@@ -83,6 +83,11 @@ def best_lines(data: dict) -> list[str]:
         lines.append(f"dynamic level: {figure(dyn, shown)} ({best['dynamic_note']}; static "
                      f"healthy {figure(best['healthy_metric'], metric)})" if dyn is not None
                      else f"dynamic level: {best['dynamic_note']}")
+    if "upgrades" in best:
+        links = best["upgrades"]
+        lines.append("upgrade first (healthy fabric): " + (", ".join(
+            f"{u['link']} ({u['us_saved_per_gbps']:.3g} µs saved per Gbit/s)" for u in links)
+            if links else "no single link helps: the NICs bind"))
     return lines
 
 

@@ -590,6 +590,8 @@ def design_search(base: Scenario, spec: DesignConfig, *,
                 on_record(record)
         d["dynamic_metric"], d["dynamic_note"] = record["metric"], record["note"]
         confirmed += record["metric"] is not None
+    if spec.upgrades and best is not None:
+        best["upgrades"] = _upgrades(scenarios[best["design"]], best, analyze_fn)
     stages.append({"stage": "confirm", "designs_in": len(to_confirm),
                    "dropped": 0, "confirmed": confirmed,
                    "seconds": time.perf_counter() - clock})
@@ -609,6 +611,28 @@ def _static(cand: Candidate, scenario: Scenario, analyze_fn: Callable) -> dict:
                 "reason": err.message}
     return {"stage": "static", "design": cand.name, "wall_s": sweep.wall_s[0],
             "rows": sweep.rows}
+
+
+def _upgrades(scenario: Scenario, design: dict, analyze_fn: Callable) -> list[dict]:
+    """The links whose capacity would most shorten the design's binding item, from the
+    healthy static solve's gradients (`study.sensitivity`): [{link, utilisation,
+    us_saved_per_gbps}], best first; empty when no single link helps (NIC-bound)."""
+    healthy = scenario.model_copy(update={"failures": None, "reliability": None,
+                                          "policies": [design["policy"]]})
+    try:
+        report = analyze_fn(healthy, sensitivity=True)
+    except ScenarioError:
+        return []
+    out = []
+    for row in report.sensitivity or []:
+        if row["workload"] != design["binding"]:
+            continue
+        for link in row["links"]:
+            saved = link["d_time_d_gbps"]
+            if saved is not None and saved < 0:
+                out.append({"link": link["link"], "utilisation": link["utilisation"],
+                            "us_saved_per_gbps": -saved * 1e6})
+    return out[:3]
 
 
 def confirm_items(base: Scenario, collectives: list, max_flows: int) -> tuple[list, list]:
@@ -675,6 +699,7 @@ DESIGN_COLUMNS = ("design", "switch", "tiers", "planes", "port_gbps", "radix",
                   "optic_modules", "watts", "watts_fabric", "metric", "bound",
                   "healthy_metric", "feasible", "margin", "binding", "problem",
                   "stalled_sets", "on_front", "dynamic_metric", "dynamic_note", "wall_s")
+# besides DESIGN_COLUMNS, the best design's `upgrades` (design.upgrades: true) in the JSON
 
 
 def design_rows(result: DesignResult) -> list[dict]:
@@ -698,7 +723,12 @@ def design_dict(result: DesignResult) -> dict:
     """The search as JSON data: the target, `best`, `front`, every design, every drop and
     the time per stage."""
     def clean(d: dict | None) -> dict | None:
-        return None if d is None else {c: d.get(c) for c in DESIGN_COLUMNS if c != "on_front"}
+        if d is None:
+            return None
+        out = {c: d.get(c) for c in DESIGN_COLUMNS if c != "on_front"}
+        if "upgrades" in d:
+            out["upgrades"] = d["upgrades"]
+        return out
 
     spec = result.spec
     return {"scenario": result.scenario, "versions": versions(),
