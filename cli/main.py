@@ -202,6 +202,26 @@ def _stream_for(path: Optional[str], scenario: Path) -> Optional[str]:
     return stream
 
 
+def _streamed_outputs(source: Path, csv_path: Optional[str], json_path: Optional[str],
+                      jsonl_path: Optional[str], resume: bool) -> Optional[str]:
+    """Check a streaming command's outputs before computing (each writable, no two the same,
+    `--resume` given a file) and return its stream's path: `--jsonl`, else the .jsonl beside
+    `--json`, else beside `--csv` (None: no stream)."""
+    for path, option in ((csv_path, "--csv"), (json_path, "--json"), (jsonl_path, "--jsonl")):
+        _check_output(path, option, source)
+    stream_path = jsonl_path
+    if stream_path is None:
+        stream_path = _stream_for(json_path, source) or _stream_for(csv_path, source)
+    _check_distinct({"--csv": csv_path, "--json": json_path,
+                     "--jsonl" if jsonl_path is not None else "the stream": stream_path})
+    from fabricjax.core.output import output_kind
+
+    if resume and (stream_path is None or output_kind(stream_path) != "file"):
+        _fail("--resume: needs a file to resume from: --jsonl PATH, or --json / --csv naming a "
+              "file (the stream NAME.jsonl goes beside it)")
+    return stream_path
+
+
 def _open_stream(path: str, first: str, resume: bool):
     """The leader's writer of a stream: appended to when resuming from an existing file (read
     and trimmed already), else started afresh with `first` (the header line)."""
@@ -472,18 +492,9 @@ def sweep(
     shapes reuse the compiled code; finished points stream to the CSV and a JSON Lines file,
     and --resume goes on after an interruption."""
     config = _load(scenario, policies=policy, model=model)
-    for path, option in ((csv_path, "--csv"), (json_path, "--json"), (jsonl_path, "--jsonl")):
-        _check_output(path, option, scenario)
-    stream_path = jsonl_path
-    if stream_path is None:
-        stream_path = _stream_for(json_path, scenario) or _stream_for(csv_path, scenario)
-    _check_distinct({"--csv": csv_path, "--json": json_path,
-                     "--jsonl" if jsonl_path is not None else "the stream": stream_path})
+    stream_path = _streamed_outputs(scenario, csv_path, json_path, jsonl_path, resume)
     from fabricjax.core.output import STDOUT, output_kind
 
-    if resume and (stream_path is None or output_kind(stream_path) != "file"):
-        _fail("--resume: needs a file to resume from: --jsonl PATH, or --json / --csv naming a "
-              "file (the stream NAME.jsonl goes beside it)")
     _check_plot_dir(plot)
     from fabricjax.core.errors import ScenarioError
     from fabricjax.sweeps import parse_sets, sweep_points
@@ -597,18 +608,9 @@ def design(
         base, spec = load_design(design_file)
     except ScenarioError as error:
         _fail(str(error))
-    for path, option in ((csv_path, "--csv"), (json_path, "--json"), (jsonl_path, "--jsonl")):
-        _check_output(path, option, design_file)
-    stream_path = jsonl_path
-    if stream_path is None:
-        stream_path = _stream_for(json_path, design_file) or _stream_for(csv_path, design_file)
-    _check_distinct({"--csv": csv_path, "--json": json_path,
-                     "--jsonl" if jsonl_path is not None else "the stream": stream_path})
-    from fabricjax.core.output import STDOUT, output_kind, write_json, write_text
+    stream_path = _streamed_outputs(design_file, csv_path, json_path, jsonl_path, resume)
+    from fabricjax.core.output import STDOUT, write_json, write_text
 
-    if resume and (stream_path is None or output_kind(stream_path) != "file"):
-        _fail("--resume: needs a file to resume from: --jsonl PATH, or --json / --csv naming a "
-              "file (the stream NAME.jsonl goes beside it)")
     _check_plot_dir(plot)
     from fabricjax.api import use_cache
     from fabricjax.core.stream import StreamError, record_line
