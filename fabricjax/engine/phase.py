@@ -110,7 +110,8 @@ def host_routes(fabric: AnyFabric, flows: Flows, pool: str) -> StoredRoutes | No
     paths = fabric.candidate_paths(flows.src, flows.dst, pool)
     if paths is None:
         return None
-    return stored_routes(*paths, fabric.tier, fabric.plane, fabric.planes)
+    return stored_routes(*paths, fabric.tier, fabric.plane, fabric.planes, fabric.link_src,
+                         fabric.link_dst)
 
 
 def sending_hops(fabric: AnyFabric, flows: Flows) -> int:

@@ -16,15 +16,16 @@ The model of one iteration (what MRC does over a few round-trip times):
   2. congestion signal: an EV is *marked* when the worst utilisation along the hops its choice
      controls (its switch-to-switch hops: on a Clos the T0 -> T1 uplink and T1 -> T0 downlink)
      exceeds its marking level, `threshold` x max(1, the switch-to-switch links' mean
-     utilisation, the mean worst utilisation of its flow's usable EVs of its plane) (ECN marking at a queue that builds when offered load exceeds capacity; on
+     utilisation, the mean utilisation of the links its alternatives take at its switches) (ECN marking at a queue that builds when offered load exceeds capacity; on
      an oversubscribed or degraded fabric every path is offered more than it carries and
      queues, and the paths that queue more are marked, so the swaps even the load out in
      proportion to capacity: the calibration against htsim's REPS on a leaf-spine with half
      its uplinks at 25% took mrc's median FCT from +125% to within 2%). The NIC-port
      hops are shared by every EV of a plane, so no swap can relieve them; congestion there is
-     left to the rates. The plane's mean (`_local_level`) is the load a swap cannot avoid:
-     a T0 that lost an uplink offers every other one 32/31 of its capacity, they queue
-     alike and no swap relieves them;
+     left to the rates. The level the EV's alternatives offer (`_local_level`: the mean
+     utilisation of the links out of or into the same switch) is the load a swap cannot
+     avoid: a T0 that lost an uplink offers every other one 32/31 of its capacity, they
+     queue alike and no swap relieves them;
   3. reaction: a marked EV moves to a uniformly random *other* path of the **same plane**
      with probability damping * (u - level) / u, where u is its path's worst utilisation.
      When that path is dead the next one in cyclic order is tried (RETARGET_DRAWS
@@ -142,20 +143,26 @@ def _marking(load, util, usable, capacity, threshold, fabric_range):
     return p100, level, overload
 
 
-# an EV is marked against its own plane's alternatives only past their mean by this much: the
-# float32 mean of equal utilisations can round a last bit below them
+# an EV is marked against its alternatives' level only past it by this much: the float32
+# mean of equal utilisations can round a last bit below them
 LOCAL_SLACK = 1e-4
 
 
-def _local_level(routes, plane, controlled, level, threshold, usable_ev):
+def _local_level(routes, plane, spine, level, threshold, util, usable):
     """float[F, K]: each EV's marking level, the fabric's (`_marking`) or `threshold` x the
-    mean worst utilisation of its flow's usable EVs of the same plane, whichever is higher.
-    A swap only reaches another path of the plane, so a load the plane cannot avoid (a T0
+    level its alternatives offer (`routes.alternatives_level`: at each controlled hop, the
+    mean utilisation of the usable links out of or into the same switch), whichever is
+    higher. A swap only reaches another path of the plane, so a load no path avoids (a T0
     that lost an uplink offers its 31 others 32/31 of their capacity whichever spine an EV
     takes) queues on every path alike and ECN marks none more than the others; marking it
     against the fabric's level instead made every EV there move, at random, for ever (P100
-    1.078 against spraying's 32/31 after one cable down at 2,048 GPUs)."""
-    local = routes.plane_mean(plane, controlled, usable_ev)
+    1.078 against spraying's 32/31 after one cable down at 2,048 GPUs). The level is the
+    switch's, not the mean over the flow's own EVs: with one EV a plane that mean is the EV's
+    own utilisation, and no EV ever moved (mrc was spraying), nor did a flow's EVs that all
+    sat on one hot spine."""
+    util_ext = jnp.concatenate([util, jnp.zeros(1, util.dtype)])
+    usable_ext = jnp.concatenate([usable, jnp.zeros(1, bool)])
+    local = routes.alternatives_level(plane, spine, util_ext, usable_ext)
     return jnp.maximum(level, threshold * local * (1.0 + LOCAL_SLACK))
 
 
@@ -287,7 +294,7 @@ def _measure(ph: _Phase, spine) -> _Measured:
     p100, level, overload = _marking(load, util, usable, ph.capacity, ph.threshold,
                                      ph.fabric_range)
     usable_ev = ph.cross & ph.host_live & ~fabric_dead
-    level = _local_level(routes, plane, controlled, level, ph.threshold, usable_ev)
+    level = _local_level(routes, plane, spine, level, ph.threshold, util, usable)
     replaced = _replaced(routes, plane, fabric_dead, usable_ev)
     marked = ((controlled > level) & ~fabric_dead | replaced) & ph.cross & ph.host_live
     # EVs on a dead fabric path that MRC has not replaced yet: a set with fewer is always
@@ -415,8 +422,7 @@ class MrcSettings(Strict):
     """MRC adaptive spraying: `evs` entropy values per flow (equal per plane, the same initial
     set as `spray` when the counts match); an EV whose path's worst controllable utilisation
     exceeds its marking level, `threshold` x max(1, the fabric links' mean utilisation, the
-    mean of its flow's usable EVs of its plane), is
-    marked and moves to a random spine of its plane with probability
+    mean utilisation of the links its alternatives take at its switches), is marked and moves to a random spine of its plane with probability
     damping * (u - level) / u. Stops when nothing is marked, when the fabric overload has not
     improved by `tol` (relative) for `patience` iterations, or at `max_iters`. A failure set
     starts from the no-failure equilibrium (a warm start) and stops after `failure_patience`
@@ -431,7 +437,8 @@ class MrcSettings(Strict):
         "plane). " + PLACEMENT_HELP))
     threshold: Annotated[float, TRACED] = Field(1.0, gt=0.0, le=100.0, description=(
         "Marking level, relative to max(1, the fabric links' mean utilisation, the mean "
-        "utilisation of the flow's usable EVs on the EV's plane)."))
+        "utilisation of the usable links out of the EV's T0 and into its destination's T0 "
+        "on its plane)."))
     damping: Annotated[float, TRACED] = Field(0.3, gt=0.0, le=1.0, description=(
         "A marked EV moves with probability damping * (u - level) / u."))
     max_iters: Annotated[int, STATIC] = Field(500, ge=1, le=100_000, description=(
@@ -600,7 +607,7 @@ def mrc_restart(routes, plane, spine, demand, capacity, alive, key, threshold, d
         p100, level, overload = _marking(load, util, usable, capacity, threshold,
                                          fabric_range)
         usable_ev = cross & ~host_dead & ~fabric_dead
-        level = _local_level(routes, plane, controlled, level, threshold, usable_ev)
+        level = _local_level(routes, plane, spine, level, threshold, util, usable)
         replaced = _replaced(routes, plane, fabric_dead, usable_ev)
         marked = cross & ~host_dead & ((controlled > level) & ~fabric_dead | replaced)
         dead_evs = jnp.sum(cross & ~host_dead & fabric_dead).astype(jnp.int32)

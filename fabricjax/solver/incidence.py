@@ -156,6 +156,21 @@ class RoutesMixin:
         mean = (total / jnp.maximum(count, 1.0)).reshape(num_flows, planes)
         return jnp.take_along_axis(mean, plane, axis=1)
 
+    def alternatives_level(self, plane, choice, util_ext, usable_ext):
+        """float[F, K]: the utilisation a slot's other choices offer at its controlled hops:
+        per hop, the mean utilisation of the usable links that leave the same switch upward
+        (an up hop) or enter the same switch downward (a down hop), its worst over the slot's
+        controlled hops. What a swap cannot get below: a switch that lost one of its 32
+        uplinks offers each of the other 31 32/31 of its capacity whichever one an EV takes.
+        By the links' groups (`link_group`, one segment sum over the links)."""
+        groups = self.num_link_groups
+        usable = usable_ext.astype(util_ext.dtype)
+        total = jax.ops.segment_sum(jnp.where(usable_ext, util_ext, 0.0), self.link_group,
+                                    num_segments=groups)
+        count = jax.ops.segment_sum(usable, self.link_group, num_segments=groups)
+        mean = (total / jnp.maximum(count, 1.0))[self.link_group]
+        return self.controlled_max(plane, choice, mean)
+
     def choice_dtype(self):
         """The narrowest integer dtype that holds every choice (what mrc's loop carries)."""
         return jnp.int32
@@ -297,6 +312,26 @@ class ClosRoutes(RoutesMixin):
         rest = per_plane.shape[2:]
         return jnp.broadcast_to(per_plane[:, None], (num_flows, num_slots // planes, planes) +
                                 rest).reshape((num_flows, num_slots) + rest)
+
+    def alternatives_level(self, plane, choice, util_ext, usable_ext):
+        """`RoutesMixin.alternatives_level` by a reshape: a T0's uplinks of a plane and the
+        downlinks into it are each `spines` consecutive links, so their means are [P, T0]
+        tables, gathered per (flow, plane) and broadcast to the slots (a same-T0 flow: 0)."""
+        g = self.geom
+        shape = (g.planes, g.t0s, g.spines)
+
+        def group_mean(tier):
+            start = g.tier_starts[tier]
+            stop = start + g.planes * g.t0s * g.spines
+            ok = usable_ext[start:stop].reshape(shape)
+            total = jnp.sum(jnp.where(ok, util_ext[start:stop].reshape(shape), 0.0), axis=-1)
+            return total / jnp.maximum(jnp.sum(ok, axis=-1, dtype=util_ext.dtype), 1.0)
+
+        src_t0, dst_t0 = self._t0s()
+        planes = jnp.arange(g.planes)[None, :]
+        per_plane = jnp.maximum(group_mean(1)[planes, src_t0], group_mean(2)[planes, dst_t0])
+        per_plane = jnp.where(src_t0 != dst_t0, per_plane, 0.0)                     # [F, P]
+        return self._per_slot(per_plane, choice.shape[1])
 
     def plane_mean(self, plane, values, mask):
         """`RoutesMixin.plane_mean` by a reshape (slot k on plane k % P), no scatter."""
@@ -447,12 +482,17 @@ class StoredRoutes(RoutesMixin):
     them cyclically). by_plane: int32[F, C], the distinct candidates grouped by plane (padding
     repeats the last); rank: int32[F, C], a candidate's position in its plane's group;
     group_start, group_count: int32[F, P], where each plane's group starts in `by_plane` and
-    how many distinct candidates it has. Static: num_links L, planes P."""
+    how many distinct candidates it has. link_group: int32[L + 1], each link's group of
+    siblings for `alternatives_level` (an up link's switch it leaves, a down link's switch it
+    enters; host links and the sentinel one group of their own). Static: num_links L, planes
+    P, num_link_groups."""
 
-    def __init__(self, num_links: int, planes: int, cand, cand_switch, plane, distinct,
-                 by_plane, rank, group_start, group_count):
+    def __init__(self, num_links: int, planes: int, num_link_groups: int, cand, cand_switch,
+                 plane, distinct, by_plane, rank, group_start, group_count, link_group):
         self._num_links = num_links
         self._planes = planes
+        self.num_link_groups = num_link_groups
+        self.link_group = link_group
         self.cand = cand
         self.cand_switch = cand_switch
         self.plane = plane
@@ -464,7 +504,8 @@ class StoredRoutes(RoutesMixin):
 
     def tree_flatten(self):
         return ((self.cand, self.cand_switch, self.plane, self.distinct, self.by_plane,
-                 self.rank, self.group_start, self.group_count), (self._num_links, self._planes))
+                 self.rank, self.group_start, self.group_count, self.link_group),
+                (self._num_links, self._planes, self.num_link_groups))
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -550,11 +591,25 @@ class StoredRoutes(RoutesMixin):
         return jnp.where(move, target[..., 0], choice).astype(choice.dtype)
 
 
+def link_groups(link_tier: np.ndarray, link_src: np.ndarray,
+                link_dst: np.ndarray) -> tuple[np.ndarray, int]:
+    """(int32[L + 1] group of every link and the sentinel, the number of groups): an up
+    link (tier 1) is grouped with the others that leave its switch, a down link (tier 2) with
+    the others that enter its switch; host links and the sentinel share the last group."""
+    tier = np.asarray(link_tier)
+    nodes = int(max(np.max(link_src, initial=0), np.max(link_dst, initial=0))) + 1
+    group = np.where(tier == 1, link_src, np.where(tier == 2, nodes + np.asarray(link_dst),
+                                                   2 * nodes))
+    return np.concatenate([group, [2 * nodes]]).astype(np.int32), 2 * nodes + 1
+
+
 def stored_routes(cand: np.ndarray, distinct: np.ndarray, link_tier: np.ndarray,
-                  link_plane: np.ndarray, planes: int) -> StoredRoutes:
+                  link_plane: np.ndarray, planes: int, link_src: np.ndarray,
+                  link_dst: np.ndarray) -> StoredRoutes:
     """A StoredRoutes from host candidate paths (`fabric.graph.candidate_paths`): cand
     int32[F, C, H], distinct int32[F]; the fabric's link tiers and planes (int[L]) give each
-    candidate's controlled hops and plane. Host numpy in, host numpy out (one transfer)."""
+    candidate's controlled hops and plane, its links' ends (node ids, int[L]) their sibling
+    groups (`link_groups`). Host numpy in, host numpy out (one transfer)."""
     cand = np.asarray(cand, np.int32)
     num_flows, num_cand, _ = cand.shape
     num_links = int(link_tier.shape[0])
@@ -577,8 +632,9 @@ def stored_routes(cand: np.ndarray, distinct: np.ndarray, link_tier: np.ndarray,
     rank = np.zeros((num_flows, num_cand), np.int64)
     np.put_along_axis(rank, by_plane, np.arange(num_cand)[None, :] - group_of_sorted, axis=1)
     rank = np.where(real, rank, 0).astype(np.int32)
-    return StoredRoutes(num_links, planes, cand, cand_switch, plane, distinct, by_plane, rank,
-                        starts.astype(np.int32), counts.astype(np.int32))
+    group, num_groups = link_groups(link_tier, link_src, link_dst)
+    return StoredRoutes(num_links, planes, num_groups, cand, cand_switch, plane, distinct,
+                        by_plane, rank, starts.astype(np.int32), counts.astype(np.int32), group)
 
 
 def incidence_matrix(links: Any, weights: Any, num_links: int) -> sparse.BCOO:
