@@ -144,13 +144,13 @@ def test_policies_keep_their_colours_across_figures(report, tmp_path, figures):
     assert len(lines) == len(POLICIES) * len(plots.cdf_panels(report))
     for line in lines:
         policy = line.get_label().split(" ")[0]
-        assert matplotlib.colors.same_color(line.get_color(), get(policy).colour)
+        assert matplotlib.colors.same_color(line.get_color(), get(policy).display.colour)
     for ax in completion.axes:
         bars = [p for p in ax.patches if p.get_height() > 0]
         assert len(bars) == len(POLICIES)
         for bar, policy in zip(bars, POLICIES):
             assert matplotlib.colors.same_color(bar.get_facecolor(),
-                                                get(policy).colour)
+                                                get(policy).display.colour)
     assert any("\n×" in t for t in texts(completion))    # value and slowdown labels
 
 
@@ -250,7 +250,7 @@ def test_mrc_trace_shows_every_iteration_and_spraying(traced, tmp_path, figures)
         assert list(mrc.get_ydata()) == pytest.approx(record.trace)
         spray = next(line for line in ax.get_lines() if line.get_label().startswith("spray"))
         assert spray.get_linestyle() == "--"
-        assert matplotlib.colors.same_color(spray.get_color(), get("spray").colour)
+        assert matplotlib.colors.same_color(spray.get_color(), get("spray").display.colour)
 
 
 def test_no_mrc_trace_figure_when_mrc_ran_zero_iterations(report, tmp_path):

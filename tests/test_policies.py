@@ -28,7 +28,7 @@ from fabricjax.engine.phase import solve_policy_phase
 from fabricjax.fabric.build import paths_per_pair
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import hashed_slots
-from fabricjax.policies.base import Policy, Reaction, Slots, stored_spray_slots
+from fabricjax.policies.base import Display, Policy, Reaction, Slots, stored_spray_slots
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
 from fabricjax.workload.build import build_workload
@@ -90,7 +90,7 @@ class FirstLive(Policy):
 
     name: str = "first-live"
     stream: int = 77
-    label: str = "every flow on its first live path (a toy)"
+    display: Display = Display(label="every flow on its first live path (a toy)")
 
     def slots_per_flow(self, scenario) -> int:
         if scenario.fabric.kind == "multiplane-clos":

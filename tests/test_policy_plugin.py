@@ -23,7 +23,7 @@ from fabricjax.core.registry import known_names, register, unregister
 from fabricjax.fabric.paths import placed_slots
 from fabricjax.policies import get
 from fabricjax.core.roles import STATIC, TRACED, role
-from fabricjax.policies.base import Policy, Reaction, Slots
+from fabricjax.policies.base import Display, Policy, Reaction, Slots
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
 from fabricjax.sweeps import parse_sets, run_sweep, sweep_points
@@ -46,8 +46,8 @@ class Lean(Policy):
 
     name: str = "lean"
     stream: int = 91
-    label: str = "spraying that leans on its first EV (a toy)"
-    colour: str = "#ff00ff"
+    display: Display = Display(label="spraying that leans on its first EV (a toy)",
+                               colour="#ff00ff")
 
     def slots_per_flow(self, scenario) -> int:
         return self.section(scenario).evs
@@ -148,8 +148,8 @@ def test_a_taken_stream_is_refused(lean):
     with pytest.raises(ValueError, match="stream 91 is already 'lean'"):
         register(dataclasses.replace(Lean(), name="lean-twin"))
     assert "lean-twin" not in known_names()
-    register(dataclasses.replace(Lean(), label="again"))     # the same name replaces itself
-    assert get("lean").label == "again"
+    register(dataclasses.replace(Lean(), display=Display(label="again")))  # replaces itself
+    assert get("lean").display.label == "again"
 
 
 # the policies' names; every other module asks the registry

@@ -16,7 +16,7 @@ the policy's name) whose fields are marked `TRACED` (read by `react` as traced a
 sweep over them never recompiles), `STATIC` (fixed at compile time: loop bounds, lengths) or
 left unmarked (read on the host: slot counts, placement), as equinox marks a field static.
 Registering the policy registers the model, so the scenario's schema, the docs and the errors
-all come from it. It also declares its plot colour, its `check` of the scenario and what it
+all come from it. It also declares how it is shown (`Display`: label, colour), its `check` of the scenario and what it
 keeps on the device (`memory_profile`, which the planner's memory model prices).
 
 Nothing outside `fabricjax/policies/` branches on a policy's name: a new policy is one module
@@ -120,6 +120,19 @@ class Reaction(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
+class Display:
+    """How a policy is shown, which nothing computes with: `label`, its one-line description
+    in the tables; `residual`, what its residual measures (an iterative policy's column);
+    `colour`, its colour in every figure (a matplotlib colour; "" lets the plots pick one);
+    `line_style`, its reference line beside another's iteration trace (matplotlib)."""
+
+    label: str = ""
+    residual: str = "residual"
+    colour: str = ""
+    line_style: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Policy:
     """Base class: a static split over the slots `init` draws (override what differs).
 
@@ -129,9 +142,8 @@ class Policy:
     chooses among ("equal-cost": the shortest only, as ECMP hashes; "candidates": the
     fabric's K shortest). transient: its reaction to a failure is a window during which
     bytes on dead paths are lost (False: a bound, no transport). iterative: it reports
-    iterations and how its iteration ended. label: the table's one-line description. colour:
-    its colour in every figure (a matplotlib colour; "" lets the plots pick one).
-    aggregatable: a uniform phase may be solved as (T0, T0) classes (`class_slots`).
+    iterations and how its iteration ended. display: how the reports and figures show it
+    (`Display`), apart from what it computes. aggregatable: a uniform phase may be solved as (T0, T0) classes (`class_slots`).
     memory_profile: what it keeps on the device, which `engine.plan` prices: "split" (a
     split over its slots), "rehash" (also re-draws slots after a failure), "swap-loop" (an
     iterative loop over every flow's slots), "commodity-loop" (an iterative split over
@@ -148,10 +160,7 @@ class Policy:
     transient: bool = True
     iterative: bool = False
     gap_certified: bool = False     # its residual is a certified gap on its P100 (a bound)
-    residual_name: str = "residual"  # what its residual measures, for the tables
-    label: str = ""
-    colour: str = ""
-    line_style: Any = None   # its reference line beside another's iteration trace (matplotlib)
+    display: Display = Display()
     # its reaction at ACK time in the dynamic level (engine.dynamic): "fixed" keeps the split
     # `react` gives over one connection's slots (spraying's EV cycle); "connections" keeps it
     # too, every slot its own connection with its own bytes and window (ECMP's QPs);
@@ -274,17 +283,6 @@ PLACEMENT_HELP = ("Where the EVs land: routed (the sender names each path, as SR
                   "independently, with replacement).")
 
 
-def check_evs(name: str, section: Any, scenario: Scenario) -> None:
-    """EVs are assigned equally per plane, so their count must divide evenly."""
-    planes = scenario.fabric.planes
-    if section.evs % planes:
-        raise ScenarioError(
-            f"{name}.evs",
-            f"{section.evs} EVs cannot be split equally over {planes} planes; allowed: "
-            f"multiples of fabric.planes ({planes}, {2 * planes}, ..., "
-            f"e.g. {planes * max(1, round(section.evs / planes))})")
-
-
 def uses_evs(section: Any, scenario: Scenario) -> bool:
     """Whether a spraying policy (its settings `section`) carries `evs` slots
     per flow: always on a Clos, and when hashed on a stored-path fabric (EVs hashed onto the
@@ -292,35 +290,52 @@ def uses_evs(section: Any, scenario: Scenario) -> bool:
     return scenario.fabric.kind == FabricKind.CLOS or section.placement == "hashed"
 
 
-def spraying_slots(section: Any, scenario: Scenario) -> int:
-    """`slots_per_flow` of a spraying policy: its EVs, or the fabric's candidate paths."""
-    return section.evs if uses_evs(section, scenario) else paths_per_pair(scenario)
+@dataclasses.dataclass(frozen=True)
+class Spraying(Policy):
+    """What every policy that sprays a flow over entropy values shares (spray, and mrc, which
+    starts from spraying's draw): its section's `evs` EVs per flow, split equally over the
+    planes and placed by its `placement` (routed or hashed) on a Clos; on a stored-path
+    fabric the candidate paths once each (routed) or `evs` EVs hashed onto the equal-cost
+    ones. A subclass's `settings_model` has `evs` and `placement` fields."""
 
+    def check(self, scenario: Scenario) -> None:
+        """EVs are assigned equally per plane, so their count must divide evenly."""
+        planes = scenario.fabric.planes
+        evs = self.section(scenario).evs
+        if evs % planes:
+            raise ScenarioError(
+                f"{self.name}.evs",
+                f"{evs} EVs cannot be split equally over {planes} planes; allowed: "
+                f"multiples of fabric.planes ({planes}, {2 * planes}, ..., "
+                f"e.g. {planes * max(1, round(evs / planes))})")
 
-def evs_field(name: str, scenario: Scenario) -> tuple[str, str, int]:
-    """`path_field` of a spraying policy (`name` its section): its EVs (a multiple of the
-    planes on a Clos or fat tree), or the fabric's candidate paths when it sprays over them."""
-    cfg = scenario.fabric
-    step = cfg.planes if FabricKind(cfg.kind).planes_by_construction else 1
-    if uses_evs(scenario.section(name), scenario):
-        return name, "evs", step
-    return "fabric", "paths", step
+    def slots_per_flow(self, scenario: Scenario) -> int:
+        """Its EVs, or the fabric's candidate paths."""
+        section = self.section(scenario)
+        return section.evs if uses_evs(section, scenario) else paths_per_pair(scenario)
 
+    def path_field(self, scenario: Scenario) -> tuple[str, str, int]:
+        """Its EVs (a multiple of the planes on a Clos or fat tree), or the fabric's
+        candidate paths when it sprays over them."""
+        cfg = scenario.fabric
+        step = cfg.planes if FabricKind(cfg.kind).planes_by_construction else 1
+        if uses_evs(self.section(scenario), scenario):
+            return self.name, "evs", step
+        return "fabric", "paths", step
 
-def spraying_pool(section: Any) -> str:
-    """`pool` of a spraying policy: hashed EVs land on equal-cost paths only."""
-    return "equal-cost" if section.placement == "hashed" else "candidates"
+    def pool(self, scenario: Scenario) -> str:
+        """Hashed EVs land on equal-cost paths only."""
+        return "equal-cost" if self.section(scenario).placement == "hashed" else "candidates"
 
-
-def spraying_init(section: Any, scenario: Scenario, fabric: Any, flows: Any, routes: Any,
-                  rng: np.random.Generator) -> Slots:
-    """The initial EVs of a spraying policy (`section`: its config) on any fabric."""
-    if routes is None:
-        return Slots(*placed_slots(fabric.geometry, flows.num_flows, section.evs,
-                                   section.placement, rng))
-    if section.placement == "hashed":
-        return Slots(*hashed_stored_slots(routes, section.evs, rng))
-    return Slots(*stored_spray_slots(routes))
+    def init(self, scenario, fabric, flows, routes, rng) -> Slots:
+        """The initial EVs on any fabric."""
+        section = self.section(scenario)
+        if routes is None:
+            return Slots(*placed_slots(fabric.geometry, flows.num_flows, section.evs,
+                                       section.placement, rng))
+        if section.placement == "hashed":
+            return Slots(*hashed_stored_slots(routes, section.evs, rng))
+        return Slots(*stored_spray_slots(routes))
 
 
 def hashed_stored_slots(routes: Any, num_slots: int, rng: np.random.Generator

@@ -22,7 +22,7 @@ from pydantic import Field
 from fabricjax.config import FabricKind, Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.fabric.paths import hashed_slots
-from fabricjax.policies.base import Policy, Reaction, Slots
+from fabricjax.policies.base import Display, Policy, Reaction, Slots
 from fabricjax.solver.aggregate import hashed_class_slots
 
 
@@ -40,9 +40,9 @@ class Ecmp(Policy):
     name: str = "ecmp"
     stream: int = 1
     path_pool: str = "equal-cost"
-    label: str = "per-flow ECMP hashing"
-    colour: str = "#d62728"      # red: the hash collisions
-    line_style: object = ":"
+    display: Display = Display(label="per-flow ECMP hashing",
+                               colour="#d62728",      # red: the hash collisions
+                               line_style=":")
     aggregatable: bool = True
     feedback: str = "connections"   # every QP is its own connection (engine.dynamic)
     memory_profile: str = "rehash"

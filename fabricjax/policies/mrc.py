@@ -70,8 +70,7 @@ from fabricjax.config import FailuresConfig, Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.core.roles import STATIC, TRACED
 from fabricjax.core.status import Status
-from fabricjax.policies.base import (PLACEMENT_HELP, Policy, Reaction, Slots, check_evs,
-                                     evs_field, spraying_init, spraying_pool, spraying_slots)
+from fabricjax.policies.base import PLACEMENT_HELP, Display, Reaction, Spraying
 from fabricjax.policies.spray import SPRAY
 
 # how the loop ended, as `core.status.Status` flags: balanced (nothing marked) is OK
@@ -457,7 +456,7 @@ class MrcSettings(Strict):
 
 
 @dataclasses.dataclass(frozen=True)
-class Mrc(Policy):
+class Mrc(Spraying):
     """MRC adaptive spraying: starts from spraying's EV draw (`mrc.evs` EVs placed by
     `mrc.placement` on a Clos, and hashed ones on stored-path fabrics; routed there, the
     `fabric.paths` candidate slots) and reacts with the fixed point."""
@@ -467,24 +466,12 @@ class Mrc(Policy):
     name: str = "mrc"
     stream: int = 3
     iterative: bool = True
-    residual_name: str = "overload"
-    label: str = "MRC adaptive spraying (EV swapping fixed point)"
-    colour: str = "#2ca02c"      # green
-    line_style: object = (0, (5, 1))
+    display: Display = Display(label="MRC adaptive spraying (EV swapping fixed point)",
+                               residual="overload", colour="#2ca02c",       # green
+                               line_style=(0, (5, 1)))
     memory_profile: str = "swap-loop"
 
-    def check(self, scenario: Scenario) -> None:
-        check_evs(self.name, self.section(scenario), scenario)
     feedback: str = "recycle"
-
-    def slots_per_flow(self, scenario: Scenario) -> int:
-        return spraying_slots(self.section(scenario), scenario)
-
-    def path_field(self, scenario: Scenario) -> tuple[str, str, int]:
-        return evs_field(self.name, scenario)
-
-    def pool(self, scenario: Scenario) -> str:
-        return spraying_pool(self.section(scenario))
 
     def described(self, scenario: Scenario) -> dict:
         # clocked: the progressive time and the FCTs charge the EV sets the loop passes
@@ -514,9 +501,6 @@ class Mrc(Policy):
             return "converged (settled)"
         # balanced with no iteration: spraying's draw marked nothing, so nothing moved
         return "converged (balanced)" if iterations else "balanced at the start (nothing marked)"
-
-    def init(self, scenario, fabric, flows, routes, rng) -> Slots:
-        return spraying_init(self.section(scenario), scenario, fabric, flows, routes, rng)
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
               settings, layout, clock_rows=0) -> Reaction:

@@ -70,7 +70,7 @@ from fabricjax.core.roles import TRACED
 from fabricjax.core.status import Status
 from fabricjax.fabric.build import paths_per_pair
 from fabricjax.fabric.clos import ClosGeometry, clos_geometry
-from fabricjax.policies.base import Policy, Reaction, Slots, stored_spray_slots
+from fabricjax.policies.base import Display, Policy, Reaction, Slots, stored_spray_slots
 from fabricjax.solver.incidence import ClosRoutes
 from fabricjax.solver.mirror_prox import SaddleProblem, capacity_units, mirror_prox
 
@@ -364,11 +364,10 @@ class Optimal(Policy):
     stream: int = 4
     transient: bool = False
     iterative: bool = True
-    residual_name: str = "gap"
     gap_certified: bool = True
-    label: str = "the min-max utilisation bound"
-    colour: str = "#404040"      # dark grey: a bound, not a load balancer
-    line_style: object = "-."
+    display: Display = Display(label="the min-max utilisation bound", residual="gap",
+                               colour="#404040",   # dark grey: a bound, not a load balancer
+                               line_style="-.")
     memory_profile: str = "commodity-loop"
 
     def slots_per_flow(self, scenario: Scenario) -> int:

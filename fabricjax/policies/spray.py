@@ -29,8 +29,7 @@ from pydantic import Field
 from fabricjax.config import Scenario, Strict
 from fabricjax.core.registry import register
 from fabricjax.core.roles import TRACED
-from fabricjax.policies.base import (PLACEMENT_HELP, Policy, Slots, check_evs, evs_field,
-                                     spraying_init, spraying_pool, spraying_slots)
+from fabricjax.policies.base import PLACEMENT_HELP, Display, Spraying
 from fabricjax.solver.aggregate import hashed_class_slots, plane_slot_counts, spray_class_slots
 
 
@@ -60,33 +59,17 @@ class SpraySettings(Strict):
 
 
 @dataclasses.dataclass(frozen=True)
-class Spray(Policy):
+class Spray(Spraying):
     settings_model = SpraySettings
 
     name: str = "spray"
     stream: int = 2
-    label: str = "oblivious packet spraying"
-    colour: str = "#1f77b4"      # blue
-    line_style: object = "--"
+    display: Display = Display(label="oblivious packet spraying", colour="#1f77b4",  # blue
+                               line_style="--")
     aggregatable: bool = True
-
-    def check(self, scenario: Scenario) -> None:
-        check_evs(self.name, self.section(scenario), scenario)
-
-    def slots_per_flow(self, scenario: Scenario) -> int:
-        return spraying_slots(self.section(scenario), scenario)
-
-    def path_field(self, scenario: Scenario) -> tuple[str, str, int]:
-        return evs_field(self.name, scenario)
-
-    def pool(self, scenario: Scenario) -> str:
-        return spraying_pool(self.section(scenario))
 
     def described(self, scenario: Scenario) -> dict:
         return {"placement": self.section(scenario).placement}
-
-    def init(self, scenario, fabric, flows, routes, rng) -> Slots:
-        return spraying_init(self.section(scenario), scenario, fabric, flows, routes, rng)
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
               settings, layout, clock_rows: int = 0):

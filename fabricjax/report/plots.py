@@ -5,7 +5,7 @@ its own Agg `Figure` (no pyplot, no global state), writes one PNG atomically (a 
 in the target's folder, renamed over it) and returns its path; called without a path it
 returns the `Figure` unsaved (the Python API's `fabricjax.plot`); None, without writing, when
 the report has nothing to draw. `write_plots` writes every applicable figure under a stable
-name. A policy keeps its colour in every figure (the one it declares, `Policy.colour`, looked
+name. A policy keeps its colour in every figure (the one it declares, `Policy.display.colour`, looked
 up in `core.registry`); figures are 8 x 5 in at 150 dpi (grids of three or more rows of panels
 grow 2.5 in per row).
 """
@@ -56,8 +56,9 @@ METRIC_LABELS = {
 
 
 def _declared(policy: str, attribute: str) -> Any:
+    """What a registered policy's `Display` says of it (None when unregistered or unset)."""
     try:
-        return getattr(lookup(policy), attribute, None) or None
+        return getattr(lookup(policy).display, attribute, None) or None
     except KeyError:
         return None
 

@@ -150,7 +150,8 @@ def analyze(scenario: Scenario, *, trace: bool = False,
         sensitivity=upgrades,
         steps=steps or None,
         versions=versions(),
-        policies={name: {"label": get(name).label, "residual": get(name).residual_name,
+        policies={name: {"label": get(name).display.label,
+                         "residual": get(name).display.residual,
                          **get(name).described(scenario)}
                   for name in scenario.policies},
     )
