@@ -700,24 +700,66 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         qa_clock = np.where(due, now + base_rtt + p["target"], qa_clock)
         W = np.where(sending, np.clip(Wn, p["mtu"], max_window), W)
         n_live = np.maximum(live.sum(1, keepdims=True), 1)
-        if ev_rule == "reps":
-            good = s * sp * (1 - sm) * live
-            reuse = np.clip(good.sum(1, keepdims=True) / per_ack[:, None], 0, 1)
-            aim = (1 - reuse) * live / n_live + reuse * good / np.maximum(
-                good.sum(1, keepdims=True), 1e-30)
-        elif ev_rule == "bitmap":
-            visits = live / (1 + sm * sp + dyn.BITMAP_NACK * (1 - sp))
-            aim = visits / visits.sum(1, keepdims=True)
-        if ev_rule != "fixed":
-            walk = n_live[:, 0] * p["pkt"] / np.maximum(rate, 1e-30)
-            moving = sending.copy()
-            if ev_rule == "bitmap":     # the walk never comes back to an EV of a short flow
-                moving &= size > n_live[:, 0] * p["pkt"]
-            s = s + np.where(moving, np.minimum(dt / np.maximum(rtt, walk), 1), 0)[:, None] * (
-                aim - s)
+        walk = n_live[:, 0] * p["pkt"] / np.maximum(rate, 1e-30)
+        s = reference_ev_mix(ev_rule, s, sp, sm, live, per_ack, sending,
+                             size > n_live[:, 0] * p["pkt"],
+                             np.minimum(dt / np.maximum(rtt, walk), 1))
         Q = Qn
         hist[step % (lag + 1)] = signals(Q, passed * (1 - tail), wait, rho)
     return delivered, trimmed, duplicated, link_bytes[:-1], finish, tail_trims, stalls
+
+
+def reference_ev_mix(ev_rule, s, sp, sm, live, per_ack, sending, revisits, pace):
+    """The EV mix at ACK time, from the module's words, in float64: `fixed` holds the split;
+    `reps` aims at (1 - q) uniform over the live EVs + q the clean EVs' shares, q the clean
+    ACKs per packet; `bitmap` at each live EV's visits 1 / (1 + marks + 4 trims), and only
+    where the walk comes back to an EV; a sender moves `pace` of the way there."""
+    if ev_rule == "fixed":
+        return s
+    n_live = np.maximum(live.sum(1, keepdims=True), 1)
+    moving = sending.copy()
+    if ev_rule == "reps":
+        good = s * sp * (1 - sm) * live
+        reuse = np.clip(good.sum(1, keepdims=True) / per_ack[:, None], 0, 1)
+        aim = (1 - reuse) * live / n_live + reuse * good / np.maximum(
+            good.sum(1, keepdims=True), 1e-30)
+    else:
+        visits = live / (1 + sm * sp + dyn.BITMAP_NACK * (1 - sp))
+        aim = visits / np.maximum(visits.sum(1, keepdims=True), 1e-30)
+        moving &= revisits      # the walk never comes back to an EV of a short flow
+    return s + np.where(moving, pace, 0)[:, None] * (aim - s)
+
+
+EV_MIX = {"fixed": dyn.held_mix, "reps": dyn.reps_mix, "bitmap": dyn.bitmap_mix}
+
+
+@pytest.mark.parametrize("ev_rule", sorted(EV_MIX))
+def test_each_ev_mix_is_its_reference(ev_rule):
+    """Each policy's EV mix at ACK time (a `solver.dynamic` function of `EvSignals`) on
+    random signals, against the reference's words: every live slot, dead slots, senders
+    that stopped and flows too short for the walk to come back."""
+    rng = np.random.default_rng(3)
+    flows, slots = 9, 5
+    live = (rng.random((flows, slots)) < 0.8).astype(np.float64)
+    live[0] = 0.0                                          # a sender with no live slot
+    share = rng.random((flows, slots)) * live
+    share /= np.maximum(share.sum(1, keepdims=True), 1e-30)
+    sig = dict(share=share, seen_pass=rng.random((flows, slots)),
+               seen_mark=rng.random((flows, slots)) * (rng.random((flows, slots)) < 0.5),
+               live=live, per_ack=rng.choice([1.0, 4.0], flows),
+               sending=rng.random(flows) < 0.8, revisits=rng.random(flows) < 0.7,
+               pace=rng.uniform(0.05, 1.0, flows))
+    expect = reference_ev_mix(ev_rule, sig["share"], sig["seen_pass"], sig["seen_mark"],
+                              live, sig["per_ack"], sig["sending"], sig["revisits"],
+                              sig["pace"])
+    f32 = {k: (v.astype(np.float32) if v.dtype == np.float64 else v) for k, v in sig.items()}
+    got = EV_MIX[ev_rule](dyn.EvSignals(
+        n_live=np.maximum(f32["live"].sum(1, keepdims=True), 1.0), **f32))
+    np.testing.assert_allclose(np.asarray(got), expect, rtol=1e-5, atol=1e-7)
+    if ev_rule != "fixed":       # a moving sender's mix keeps its bytes on its live slots
+        moved = sig["sending"] & (live.sum(1) > 0)
+        np.testing.assert_allclose(np.asarray(got)[moved].sum(1), 1.0, rtol=1e-5)
+        assert not np.any(np.asarray(got)[live == 0] > share[live == 0] + 1e-7)
 
 
 @pytest.mark.parametrize("ev_rule,pkt", [("fixed", 4160.0), ("reps", 4160.0),
@@ -755,7 +797,7 @@ def test_a_few_steps_match_the_numpy_reference(ev_rule, pkt):
                                max_window.astype(f32), capacity.astype(f32),
                                buffer.astype(f32), kmin.astype(f32), kmax.astype(f32),
                                multiplexed.astype(f32), *flow_link_pairs(links, num_links),
-                               params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
+                               params, ev_mix=EV_MIX[ev_rule], lag=lag, ack_lag=ack_lag)
     delivered, trimmed, duplicated, link_bytes, finish, tail_trims, stalls = reference(
         links, share, live, size, start, src, nic, base, max_window, capacity, buffer, kmin,
         kmax, multiplexed, p, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag, steps=steps)
@@ -836,7 +878,7 @@ def run_case(case, params, *, ev_rule="fixed", lag=2, ack_lag=3):
         c["links"], c["share"], c["live"], c["size"], c["start"], c["src"], c["nic"],
         c["src"].size, c["base_rtt"], c["max_window"], c["capacity"], c["buffer"], c["kmin"],
         c["kmax"], c["multiplexed"], *flow_link_pairs(c["links"], c["capacity"].size - 1),
-        params, ev_rule=ev_rule, lag=lag, ack_lag=ack_lag)
+        params, ev_mix=EV_MIX[ev_rule], lag=lag, ack_lag=ack_lag)
 
 
 def reference_case(case, params, *, steps):
@@ -1012,7 +1054,8 @@ def test_the_timers_duplicates_are_whole_packets_at_random():
         np.full(flows, 10e-6, f32), np.full(flows, 1.5 * 10e-6 * 12.5e9, f32),
         capacity.astype(f32), buffer.astype(f32), np.r_[0.2 * buffer[:-1], 1e30].astype(f32),
         np.r_[0.8 * buffer[:-1], 2e30].astype(f32), np.r_[np.ones(num_links), 0.0].astype(f32),
-        *flow_link_pairs(links, num_links), params, ev_rule="fixed", lag=1, ack_lag=10)
+        *flow_link_pairs(links, num_links), params, ev_mix=dyn.held_mix, lag=1,
+        ack_lag=10)
     assert int(out.status) == 0
     np.testing.assert_allclose(np.asarray(out.delivered), size, rtol=1e-5)   # nothing lost
     twice = np.asarray(out.duplicated) / pkt

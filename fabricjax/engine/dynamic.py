@@ -18,10 +18,12 @@ diameter x (data packet + ACK) serialisation at the port rate; BDP in packets = 
 port rate / packet); queue = 1 BDP (trimming on); ECN Kmin / Kmax = ceil(0.2 / 0.8 BDP)
 packets; a degraded link scales its queue and thresholds with its speed; the retransmission
 timeout = 15 us + 6 queues' drain at the port rate (100.9 us at 100G, 14 us RTT). A policy
-declares its reaction at ACK time (`Policy.feedback`): "recycle" starts from an equal split
-over its live slots and picks its EVs as htsim's bitmap walk does (`dynamic.mrc_ev_rule`:
-skipping marked and trimmed EVs, or REPS's rule); "fixed" keeps the static split over one
-connection's slots; "connections" keeps it too, but every slot is a connection of its own
+declares its reaction at ACK time: where it starts (`Policy.start_in_time`: mrc from an equal
+split over its live initial EVs, the others from the static split) and its EV mix
+(`Policy.ev_mix`, a `solver.dynamic` function: mrc's picks its EVs as htsim's bitmap walk
+does, `dynamic.mrc_ev_rule`: skipping marked and trimmed EVs, or REPS's rule; the others
+hold their split over one connection's slots); ECMP's (`Policy.slot_connections`) holds it
+too, but every slot is a connection of its own
 (ECMP's QPs: its own bytes, its own NSCC window bounded by 1.5 BDP of the port it leaves by,
 as uec.cpp bounds a connection by its NIC port's speed), and the flow ends with its slowest
 one. On a fabric of several planes the other policies run a connection per plane
@@ -41,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -256,17 +258,14 @@ def _split_in_time(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
     static level's fixed point; a fixed one keeps the static choice (ECMP re-hashed after
     failures). A flow of n packets cycles through its first n EVs only (packets are whole):
     fewer slots than its share spreads over, e.g. 32 of 128 EVs for 128 KiB."""
-    recycle = policy.feedback == "recycle"
     split = static.split
-    choice = slots.choice if recycle else np.asarray(split.choice)
+    choice, share = policy.start_in_time(slots, split)
     links = fabric.slot_links(flows.src, flows.dst, slots.plane, choice,
                               split.pool).astype(np.int32)
     num_slots = links.shape[1]
     live = np.all(np.r_[alive_mask, True][links], axis=-1)
-    if recycle:
+    if share is None:
         share = live / np.maximum(live.sum(1, keepdims=True), 1)
-    else:
-        share = np.asarray(split.weights, np.float64)
     packets = np.ceil(flows.size / scenario.transport.mtu_bytes)
     first = np.arange(num_slots)[None, :] < packets[:, None]
     first |= ~np.any(first & (share > 0), axis=1, keepdims=True)   # none live among them
@@ -323,7 +322,7 @@ def plane_windows(policy: Policy, scenario: Scenario, fabric: AnyFabric) -> bool
     """Whether a flow runs one connection per plane (module `_per_plane`): every policy whose
     slots are not each a connection already (ECMP's QPs are hashed per plane), on a fabric
     of several planes, unless `dynamic.plane_windows` is off."""
-    return (policy.feedback != "connections" and fabric.planes > 1 and
+    return (not policy.slot_connections and fabric.planes > 1 and
             scenario.dynamic.plane_windows)
 
 
@@ -523,7 +522,7 @@ def _strike_inputs(policy: Policy, scenario: Scenario, fabric: AnyFabric, flows:
     links, share, live = _split_in_time(policy, scenario, fabric, flows, slots, static_after,
                                         failure.alive)
     after = flow_level._replace(links=links, share=share, live=live)
-    connections = policy.feedback == "connections"
+    connections = policy.slot_connections
     if connections:
         after = _as_connections(after, np.asarray(failure.capacity, np.float64), flow_nic)
     elif plane_windows(policy, scenario, fabric):
@@ -587,7 +586,7 @@ class PreparedDynamic:
     strike: Strike | None
     edges: np.ndarray
     num_gpus: int
-    ev_rule: str
+    ev_mix: Callable
     lag: int
     ack_lag: int
     shared_nics: bool
@@ -599,12 +598,12 @@ class PreparedDynamic:
         every array's shape, `pair_link`'s apart (padded to the batch's longest)."""
         shapes = tuple(np.shape(a) for i, a in enumerate(self.inputs) if i != PAIR_LINK)
         strike = None if self.strike is None else tuple(np.shape(a) for a in self.strike)
-        return (self.num_gpus, self.ev_rule, self.lag, self.ack_lag, self.shared_nics,
+        return (self.num_gpus, self.ev_mix, self.lag, self.ack_lag, self.shared_nics,
                 shapes, strike)
 
     def static(self) -> dict:
         """The static arguments of its program."""
-        return dict(num_gpus=self.num_gpus, ev_rule=self.ev_rule, lag=self.lag,
+        return dict(num_gpus=self.num_gpus, ev_mix=self.ev_mix, lag=self.lag,
                     ack_lag=self.ack_lag, shared_nics=self.shared_nics)
 
 
@@ -651,7 +650,7 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
                        start=relative_starts(flows), src=flows.src, base=base,
                        max_window=1.5 * base * nic[flows.src], conn_rate=float(np.median(nic)),
                        nic=nic)
-    connections = policy.feedback == "connections"
+    connections = policy.slot_connections
     flow_level = sending
     per_flow = 1
     if connections:
@@ -696,7 +695,7 @@ def prepare_dynamic_phase(policy: str | Policy, scenario: Scenario, fabric: AnyF
                                else f32(v) for name, v in zip(DynamicParams._fields, params))),
         strike=strike, edges=edges.astype(np.int32),
         num_gpus=int(sending.nic.shape[0]),
-        ev_rule=scenario.dynamic.mrc_ev_rule if policy.feedback == "recycle" else "fixed",
+        ev_mix=policy.ev_mix(scenario),
         lag=lag,
         ack_lag=ack_lag, memory=memory,
         shared_nics=bool(np.bincount(sending.src[sending.size > 0],
@@ -718,7 +717,7 @@ def _simulate_many(inputs, params, strike, edges, **static):
     return jax.vmap(functools.partial(_simulate, **static))(inputs, params, strike, edges)
 
 
-_STATIC = ("num_gpus", "ev_rule", "lag", "ack_lag", "shared_nics")
+_STATIC = ("num_gpus", "ev_mix", "lag", "ack_lag", "shared_nics")
 # kept on disk as the static level's programs are (core.executables): a warm process neither
 # traces nor lowers them
 _run_one = cached_jit(_simulate, static_argnames=_STATIC)

@@ -27,7 +27,7 @@ that subclasses `Policy` and calls `core.registry.register` (plus one import lin
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,7 @@ from fabricjax.core.roles import STATIC, TRACED, role
 from fabricjax.fabric.build import paths_per_pair
 from fabricjax.fabric.paths import placed_slots
 from fabricjax.scenario import check_sections
+from fabricjax.solver.dynamic import held_mix
 
 
 def _array(value: Any) -> np.ndarray:
@@ -161,12 +162,9 @@ class Policy:
     iterative: bool = False
     gap_certified: bool = False     # its residual is a certified gap on its P100 (a bound)
     display: Display = Display()
-    # its reaction at ACK time in the dynamic level (engine.dynamic): "fixed" keeps the split
-    # `react` gives over one connection's slots (spraying's EV cycle); "connections" keeps it
-    # too, every slot its own connection with its own bytes and window (ECMP's QPs);
-    # "recycle" starts from an equal split over the live slots and draws EVs as REPS does,
-    # reusing those that come back clean (MRC)
-    feedback: str = "fixed"
+    # the dynamic level (engine.dynamic) runs every slot as a connection of its own, with its
+    # own bytes and window (ECMP's QPs); else one connection over the slots (a plane's)
+    slot_connections: bool = False
     aggregatable: bool = False
     memory_profile: str = "split"
 
@@ -236,6 +234,21 @@ class Policy:
     def convergence(self, status: int, iterations: int = 0) -> str | None:
         """How an iterative policy's iteration ended, in words (None if not iterative)."""
         return None
+
+    def ev_mix(self, scenario: Scenario) -> Callable:
+        """Its reaction at ACK time in the dynamic level: the EV mix its senders draw from, a
+        function of `solver.dynamic.EvSignals` (static under jit; a module-level function, so
+        that the compiled program's key names it). By default the split `react` gives, held
+        for the phase (`held_mix`)."""
+        return held_mix
+
+    def start_in_time(self, slots: Slots, split: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """(choice int32[F, K], share float64[F, K] or None) the dynamic level starts a phase
+        from, given its initial `slots` and the static level's `split` (`engine.phase`'s
+        PhaseSplit, ECMP's re-hashed after a failure): that split by default; a share of None
+        is an equal split over the live slots (a policy whose EV mix adapts in time starts
+        from its initial slots, not from the static level's fixed point)."""
+        return np.asarray(split.choice), np.asarray(split.weights, np.float64)
 
     def class_slots(self, geometry: Any, classes: Any, scenario: Scenario,
                     rng: np.random.Generator):

@@ -44,7 +44,7 @@ class Ecmp(Policy):
                                colour="#d62728",      # red: the hash collisions
                                line_style=":")
     aggregatable: bool = True
-    feedback: str = "connections"   # every QP is its own connection (engine.dynamic)
+    slot_connections: bool = True   # every QP is its own connection (engine.dynamic)
     memory_profile: str = "rehash"
 
     def qps(self, scenario: Scenario) -> int:

@@ -72,6 +72,7 @@ from fabricjax.core.roles import STATIC, TRACED
 from fabricjax.core.status import Status
 from fabricjax.policies.base import PLACEMENT_HELP, Display, Reaction, Spraying
 from fabricjax.policies.spray import SPRAY
+from fabricjax.solver.dynamic import bitmap_mix, reps_mix
 
 # how the loop ended, as `core.status.Status` flags: balanced (nothing marked) is OK
 MRC_BALANCED = int(Status.OK)
@@ -471,7 +472,6 @@ class Mrc(Spraying):
                                line_style=(0, (5, 1)))
     memory_profile: str = "swap-loop"
 
-    feedback: str = "recycle"
 
     def described(self, scenario: Scenario) -> dict:
         # clocked: the progressive time and the FCTs charge the EV sets the loop passes
@@ -501,6 +501,15 @@ class Mrc(Spraying):
             return "converged (settled)"
         # balanced with no iteration: spraying's draw marked nothing, so nothing moved
         return "converged (balanced)" if iterations else "balanced at the start (nothing marked)"
+
+    def ev_mix(self, scenario: Scenario):
+        # at ACK time, htsim's bitmap walk or REPS (`dynamic.mrc_ev_rule`)
+        return {"bitmap": bitmap_mix, "reps": reps_mix}[scenario.dynamic.mrc_ev_rule]
+
+    def start_in_time(self, slots, split):
+        # from spraying's EVs, equal over the live ones: its EV mix adapts in time, from the
+        # start, instead of starting at the static level's fixed point
+        return slots.choice, None
 
     def react(self, routes, phase, plane, choice, state, alive, capacity, key, options,
               settings, layout, clock_rows=0) -> Reaction:

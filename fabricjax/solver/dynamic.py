@@ -57,18 +57,18 @@ One step:
    of the bytes delivered and trimmed `ack_lag` steps before (a round trip: here a byte
    crosses its path within the step it is sent), so a burst that overflows a queue is cut
    only once its NACKs are home, as in packets; and the policy picks the EVs of the next
-   packets (`ev_rule`, moving the shares toward that mix within an RTT or one pass of the
-   walk over the live EVs, whichever is longer: an EV is re-weighted only when the walk
-   comes back to it, from the signals the sender sees): `fixed` (spraying's EV cycle; ECMP,
-   whose QPs the host runs as flows of their own) keeps its shares, trimmed bytes resent
-   over all of them;
-   `bitmap`, htsim's bitmap walk (uec_mp.cpp, UecMpBitmap): the walk skips an EV once per
+   packets (`ev_mix`, the policy's function of the `EvSignals` the sender sees, moving the
+   shares toward that mix within an RTT or one pass of the walk over the live EVs,
+   whichever is longer: an EV is re-weighted only when the walk comes back to it):
+   `held_mix` (spraying's EV cycle; ECMP, whose QPs the host runs as flows of their own)
+   keeps its shares, trimmed bytes resent over all of them;
+   `bitmap_mix`, htsim's bitmap walk (uec_mp.cpp, UecMpBitmap): the walk skips an EV once per
    ECN echo and BITMAP_NACK times per NACK, so an EV with mark probability m and trim share
    t gets 1 / (1 + m + 4 t) of its visits; a flow with no more packets than live EVs sends
    one on each and never comes back to one, so its mix stays (an all-to-all's short flows;
    a longer flow's mix moves from its start, though the walk's first pass is spraying:
    holding it that long is further from htsim on degraded fabrics, bench/fidelity);
-   `reps`, htsim's REPS (UecMpReps,
+   `reps_mix`, htsim's REPS (UecMpReps,
    buffer_reps.cpp): every clean ACK puts its EV back for one reuse, every other packet
    draws an EV uniformly at random, so the mix is (1 - q) uniform + q (the shares of the
    clean EVs) with q the clean ACKs per packet.
@@ -114,7 +114,7 @@ Units: bytes, seconds, bytes per second (the host converts Gbit/s). Returns `Dyn
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -476,7 +476,7 @@ class _Run(NamedTuple):
     strike: Strike | None   # a failure during the phase (None: none)
     dead: jax.Array | None  # bool[L+1]: dead now (None without a strike)
     num_gpus: int
-    ev_rule: str
+    ev_mix: Callable
     lag: int
     ack_lag: int
     shared_nics: bool
@@ -818,33 +818,70 @@ def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
         dup_owed=dl.dup_owed + jnp.where(stalls, p.pkt, 0.0))
 
 
+class EvSignals(NamedTuple):
+    """What a policy's EV mix at ACK time reads (`simulate_dynamic`'s `ev_mix`), per sender
+    (F) and slot (K), the links' signals `lag` steps late: `share` float[F, K] its split now;
+    `seen_pass`, `seen_mark` float[F, K] the share of a slot's packets that got through and
+    of those the share ECN-marked; `live` float[F, K] 1 on the slots it may move bytes to,
+    `n_live` float[F, 1] how many; `per_ack` float[F] packets per clean ACK; `sending`
+    bool[F]; `revisits` bool[F] whether the bitmap walk comes back to an EV (more packets
+    than live EVs); `pace` float[F] the share of the way to a new mix one step covers: the
+    walk re-weights an EV only when it comes back to it, once per pass over the live EVs, so
+    a mix moves within an RTT or a pass, whichever is longer."""
+
+    share: jax.Array
+    seen_pass: jax.Array
+    seen_mark: jax.Array
+    live: jax.Array
+    n_live: jax.Array
+    per_ack: jax.Array
+    sending: jax.Array
+    revisits: jax.Array
+    pace: jax.Array
+
+
+def held_mix(sig: EvSignals):
+    """The split `react` gave, held for the phase (spraying's EV cycle, ECMP's QPs)."""
+    return sig.share
+
+
+def _toward(sig: EvSignals, aim, moving):
+    return sig.share + jnp.where(moving, sig.pace, 0.0)[:, None] * (aim - sig.share)
+
+
+def reps_mix(sig: EvSignals):
+    """REPS (htsim's uec_mp.cpp, UecMpReps): an EV comes back to the buffer with a clean ACK
+    (one per `per_ack` unmarked packets, none with a marked or trimmed one) and is used once;
+    every other packet draws a fresh EV uniformly at random."""
+    clean_ev = sig.share * sig.seen_pass * (1.0 - sig.seen_mark) * sig.live
+    clean_sum = clean_ev.sum(1, keepdims=True)
+    reuse = jnp.clip(clean_sum / sig.per_ack[:, None], 0.0, 1.0)
+    aim = ((1.0 - reuse) * sig.live / sig.n_live +
+           reuse * clean_ev / jnp.maximum(clean_sum, TINY))
+    return _toward(sig, aim, sig.sending)
+
+
+def bitmap_mix(sig: EvSignals):
+    """htsim's bitmap walk (uec_mp.cpp, UecMpBitmap): it skips an EV once per ECN echo and
+    `BITMAP_NACK` times per NACK, so per visit it sends with probability 1 / (1 + marks + 4
+    trims) per packet sent on it; a flow with fewer packets than live EVs never comes back
+    to one."""
+    penalty = sig.seen_mark * sig.seen_pass + BITMAP_NACK * (1.0 - sig.seen_pass)
+    visits = sig.live / (1.0 + penalty)
+    aim = visits / jnp.maximum(visits.sum(1, keepdims=True), TINY)
+    return _toward(sig, aim, sig.sending & sig.revisits)
+
+
 def _ev_mix(run: _Run, s: _State, send: _Send):
-    """float[F, K]: the policy at ACK time, the EV mix the sender draws from, reached within
-    an RTT (`ev_rule`: see the module)."""
-    p, live_f, n_live = run.p, run.live_f, run.n_live
-    if run.ev_rule == "fixed":
-        return s.share
-    if run.ev_rule == "reps":
-        # REPS: an EV comes back to the buffer with a clean ACK (one per ack_packets unmarked
-        # packets, none with a marked or trimmed one) and is used once; every other packet
-        # draws a fresh EV uniformly at random
-        clean_ev = s.share * send.seen_pass * (1.0 - send.seen_mark) * live_f
-        clean_sum = clean_ev.sum(1, keepdims=True)
-        reuse = jnp.clip(clean_sum / send.per_ack[:, None], 0.0, 1.0)
-        aim = ((1.0 - reuse) * live_f / n_live +
-               reuse * clean_ev / jnp.maximum(clean_sum, TINY))
-    else:
-        # the bitmap walk skips an EV once per ECN echo and four times per NACK: per visit it
-        # sends with probability 1 / (1 + marks + 4 trims) per packet sent on it
-        penalty = send.seen_mark * send.seen_pass + BITMAP_NACK * (1.0 - send.seen_pass)
-        visits = live_f / (1.0 + penalty)
-        aim = visits / jnp.maximum(visits.sum(1, keepdims=True), TINY)
-    # the walk re-weights an EV only when it comes back to it: once per pass over the live
-    # EVs, so the mix moves within an RTT or a pass, whichever is longer
-    walk = n_live[:, 0] * p.pkt / jnp.maximum(send.rate, TINY)
-    moving = send.sending & run.revisits if run.ev_rule == "bitmap" else send.sending
-    return s.share + jnp.where(moving, jnp.minimum(p.dt / jnp.maximum(send.rtt, walk), 1.0),
-                               0.0)[:, None] * (aim - s.share)
+    """float[F, K]: the policy at ACK time, the EV mix the sender draws from (`run.ev_mix`
+    of this step's `EvSignals`)."""
+    p = run.p
+    walk = run.n_live[:, 0] * p.pkt / jnp.maximum(send.rate, TINY)
+    pace = jnp.minimum(p.dt / jnp.maximum(send.rtt, walk), 1.0)
+    return run.ev_mix(EvSignals(
+        share=s.share, seen_pass=send.seen_pass, seen_mark=send.seen_mark, live=run.live_f,
+        n_live=run.n_live, per_ack=send.per_ack, sending=send.sending, revisits=run.revisits,
+        pace=pace))
 
 
 def _struck(run: _Run, s: _State) -> tuple[_Run, _State]:
@@ -1037,7 +1074,7 @@ def _window_end(run: _Run, s: _State, fill, n_sending) -> _State:
 def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, base_rtt,
                      max_window, capacity, buffer, kmin, kmax, multiplexed, pair, pair_link,
                      params: DynamicParams, strike: Strike | None = None, edges=None, *,
-                     ev_rule: str, lag: int, ack_lag: int, shared_nics: bool = True
+                     ev_mix: Callable, lag: int, ack_lag: int, shared_nics: bool = True
                      ) -> Dynamic:
     """Run the phase until every flow is done or `params.max_steps` (see the module).
 
@@ -1048,8 +1085,8 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     float32[L+1] (bytes/s, bytes; the sentinel: capacity inf, buffer inf); multiplexed
     float32[L+1] 1 where packets of independent senders meet (0 on the NICs' own links, paced
     by the NIC, and the sentinel); pair int32[F, K, H] the (flow, link) pair of every entry
-    and pair_link int32[P] its link (the host's np.unique). ev_rule ("fixed", "bitmap",
-    "reps"), lag (steps the links' signals take to reach the sender), ack_lag (steps from a
+    and pair_link int32[P] its link (the host's np.unique). ev_mix (the policy's EV mix at
+    ACK time: `held_mix`, `bitmap_mix`, `reps_mix`, a function of `EvSignals`), lag (steps the links' signals take to reach the sender), ack_lag (steps from a
     byte's delivery or trim to its ACK or NACK at the sender): static. strike: a failure set
     that strikes during the phase and the policy's reaction (`Strike`; None: none). edges:
     int32[RECORDS + 1] the first step of each record interval (None: every `params.stride`
@@ -1072,7 +1109,7 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
                edges=(jnp.arange(RECORDS + 1, dtype=jnp.int32) * params.stride
                       if edges is None else edges),
                strike=strike, dead=None, num_gpus=num_gpus,
-               ev_rule=ev_rule, lag=lag, ack_lag=ack_lag, shared_nics=shared_nics)
+               ev_mix=ev_mix, lag=lag, ack_lag=ack_lag, shared_nics=shared_nics)
     signals0 = _link_signals(jnp.zeros(num_links), capacity, kmin, kmax, jnp.ones(num_links),
                               jnp.zeros(num_links), jnp.zeros(num_links))
     init = _State(
