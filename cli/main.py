@@ -298,14 +298,13 @@ def analyze(
               "give a file name")
     _check_plot_dir(plot)
     _select_device(device, devices, distributed)
-    from fabricjax.api import check_fits, use_cache
+    from fabricjax.api import prepare
     from fabricjax.core.devices import from_leader, is_leader
     from fabricjax.core.errors import ScenarioError
     from fabricjax.core.stream import StreamError, record_line
 
-    try:   # before any file is written: the same checks `api.analyze` makes
-        use_cache(cache_dir, names=OPTION_NAMES)
-        check_fits(config, limit, names=OPTION_NAMES)
+    try:   # before any file is written: `api.analyze`'s checks, which it then takes as made
+        prepared = prepare(config, max_memory=limit, cache_dir=cache_dir, names=OPTION_NAMES)
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
     done, sink = None, None
@@ -320,9 +319,9 @@ def analyze(
                 _fail(f"--resume: {error}")
         if is_leader():
             sink = _open_stream(stream_path, record_line(first), resume).write_records
-    report = _computing(lambda: _run_analysis(config, quiet or not is_leader(),
+    report = _computing(lambda: _run_analysis(prepared, quiet or not is_leader(),
                                               trace or plot is not None, sensitivity, done,
-                                              sink, limit, cache_dir),
+                                              sink),
                         scenario)
     if not is_leader():   # a distributed run's other processes computed their share; done
         return
@@ -446,15 +445,15 @@ def _with_progress(run, quiet: bool, *, start: str, unit: str | None = None):
         return run(update)
 
 
-def _run_analysis(config, quiet: bool, trace: bool, sensitivity: bool = False, done=None,
-                  sink=None, limit=None, cache_dir=None):
-    """`api.analyze`: the one path the Python API takes too."""
+def _run_analysis(prepared, quiet: bool, trace: bool, sensitivity: bool = False, done=None,
+                  sink=None):
+    """`api.analyze` of an `api.prepare`d scenario: the one path the Python API takes too."""
     from fabricjax.api import analyze as run
 
     return _with_progress(lambda progress: run(
-        config, trace=trace, progress=progress, sensitivity=sensitivity, failure_records=done,
-        on_failure_records=sink, max_memory=limit, cache_dir=cache_dir,
-        names=OPTION_NAMES).report, quiet, start="building")
+        prepared, trace=trace, progress=progress, sensitivity=sensitivity,
+        failure_records=done, on_failure_records=sink, names=OPTION_NAMES).report, quiet,
+        start="building")
 
 
 @app.command()
@@ -505,17 +504,12 @@ def sweep(
     except ScenarioError as error:
         _fail(str(error.with_source(str(scenario))))
     _select_device(None, None, distributed)
-    from fabricjax.api import check_fits, use_cache
+    from fabricjax.api import check_points
 
-    try:
-        for point in points:
-            check_fits(point.scenario)
+    try:    # `api.sweep`'s checks, before any file is written
+        check_points(points, cache_dir, names=OPTION_NAMES)
     except ScenarioError as error:
-        _fail(f"{scenario}: point {point.label}: {error}")
-    try:
-        use_cache(cache_dir, names=OPTION_NAMES)
-    except ScenarioError as error:
-        _fail(str(error))
+        _fail(str(error.with_source(str(scenario))))
     from fabricjax.core.devices import from_leader, is_leader
     from fabricjax.core.stream import StreamError
     from fabricjax.sweeps import (PointResult, SweepStreams, read_sweep_stream, sweep_device,

@@ -23,8 +23,9 @@ from fabricjax.core.version import __version__
 # of one of them (PEP 562), so `import fabricjax`, `--help` and `fj.load(...).replace(...)`
 # stay light
 LAZY = {"Scenario": "fabricjax.handle", "load": "fabricjax.handle",
-        **{name: "fabricjax.api" for name in ("Analysis", "Design", "analyze", "configure",
-                                              "design", "grid", "sweep")}}
+        **{name: "fabricjax.api" for name in ("Analysis", "Design", "Prepared", "analyze",
+                                              "configure", "design", "grid", "prepare",
+                                              "sweep")}}
 
 __all__ = ["ScenarioError", "__version__", "plot", *LAZY]
 

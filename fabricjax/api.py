@@ -19,6 +19,7 @@ needs nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -120,6 +121,44 @@ def use_cache(cache_dir: str | None = None, *, names: Mapping[str, str] | None =
     except CacheError as error:
         word = dict(names or {}).get("cache_dir", "cache_dir")
         raise ScenarioError(word if cache_dir is not None else "", str(error)) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A scenario ready to analyse (`prepare`): its overrides applied, checked against the
+    memory it may use and the compilation cache set. `analyze` takes one as it is, so a
+    caller that checks before it writes anything (the CLI, before its output files) runs the
+    checks once."""
+
+    config: ScenarioConfig
+
+
+def prepare(scenario: Scenario | ScenarioConfig | str | Path, *,
+            policies: Iterable[str] | None = None, seed: int | None = None,
+            samples: int | None = None, chunk: int | None = None,
+            max_memory: int | str | None = None, cache_dir: str | None = None,
+            names: Mapping[str, str] | None = None) -> Prepared:
+    """What `analyze` does before it computes: the overrides (`configure`), the memory check
+    (`check_fits`) and the compilation cache (`use_cache`); every refusal a ScenarioError."""
+    config = configure(scenario, policies=policies, seed=seed, samples=samples, chunk=chunk,
+                       names=names)
+    check_fits(config, max_memory, names=names)
+    use_cache(cache_dir, names=names)
+    return Prepared(config)
+
+
+def check_points(points: Iterable[Any], cache_dir: str | None = None, *,
+                 names: Mapping[str, str] | None = None) -> None:
+    """What `sweep` checks before its first point runs: every point fits the memory
+    available now (a refusal is a ScenarioError naming the point, then the field) and the
+    compilation cache can be used."""
+    for point in points:
+        try:
+            check_fits(point.scenario)
+        except ScenarioError as error:
+            what = f"{error.field}: {error.message}" if error.field else error.message
+            raise ScenarioError(f"point {point.label}", what, error.source) from None
+    use_cache(cache_dir, names=names)
 
 
 def _progress(progress: bool | Progress | None) -> tuple[Progress | None, Any]:
@@ -231,7 +270,7 @@ def _frame(rows: list[dict], columns: Iterable[str] | None = None) -> Any:
     return pandas.DataFrame(rows, columns=list(columns) if columns is not None else None)
 
 
-def analyze(scenario: Scenario | ScenarioConfig | str | Path,
+def analyze(scenario: Scenario | ScenarioConfig | str | Path | Prepared,
             policies: Iterable[str] | None = None, *, seed: int | None = None,
             samples: int | None = None, chunk: int | None = None, trace: bool = False,
             sensitivity: bool = False, max_memory: int | str | None = None,
@@ -244,12 +283,17 @@ def analyze(scenario: Scenario | ScenarioConfig | str | Path,
     and the compilation cache (`use_cache`) of `fabricjax analyze`, then
     `study.analyze.analyze`. `progress`: True for a bar on standard error, or a callable
     (message, done, total). `failure_records`, `on_failure_records`: a failure study's
-    streamed per-set records, as `study.analyze.analyze` takes them."""
+    streamed per-set records, as `study.analyze.analyze` takes them. A `Prepared` scenario
+    (`prepare`) is taken as it is: its overrides and checks were made."""
 
-    config = configure(scenario, policies=policies, seed=seed, samples=samples, chunk=chunk,
-                       names=names)
-    check_fits(config, max_memory, names=names)
-    use_cache(cache_dir, names=names)
+    if not isinstance(scenario, Prepared):
+        scenario = prepare(scenario, policies=policies, seed=seed, samples=samples,
+                           chunk=chunk, max_memory=max_memory, cache_dir=cache_dir,
+                           names=names)
+    elif any(v is not None for v in (policies, seed, samples, chunk, max_memory, cache_dir)):
+        raise ValueError("a Prepared scenario carries its overrides and checks: pass them to "
+                         "prepare, not to analyze")
+    config = scenario.config
     callback, bar = _progress(progress)
     try:
         report = run_analysis(config, trace=trace, progress=callback, sensitivity=sensitivity,
@@ -296,12 +340,7 @@ def sweep(scenario: Scenario | ScenarioConfig | str | Path,
     and checked against the memory available before the first one runs."""
 
     points = grid(scenario, values, policies=policies)
-    for point in points:
-        try:
-            check_fits(point.scenario)
-        except ScenarioError as error:
-            raise ScenarioError(point.label, error.message, error.source) from None
-    use_cache(cache_dir)
+    check_points(points, cache_dir)
     callback, bar = _progress(progress)
     try:
         result = run_sweep(points, progress=callback)
@@ -379,5 +418,6 @@ def design(scenario: Scenario | ScenarioConfig | str | Path, spec: Any = None, *
     return Design(result)
 
 
-__all__ = ["Analysis", "Design", "Scenario", "ScenarioError", "analyze", "check_fits",
-           "configure", "design", "grid", "load", "memory_limit", "sweep", "use_cache"]
+__all__ = ["Analysis", "Design", "Prepared", "Scenario", "ScenarioError", "analyze",
+           "check_fits", "check_points", "configure", "design", "grid", "load", "memory_limit",
+           "prepare", "sweep", "use_cache"]

@@ -189,3 +189,35 @@ def test_the_cli_runs_through_the_api(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert len(calls) == 1 and calls[0]["policies"] == "--policy"
     assert "Collective completion" in result.output
+
+
+def test_the_cli_checks_a_scenario_once(monkeypatch, tmp_path):
+    """`fabricjax analyze` prepares the scenario (memory check, cache) before it writes
+    anything, and `api.analyze` takes the prepared scenario as it is: one memory check."""
+    from typer.testing import CliRunner
+
+    import fabricjax.api
+    from fabricjax_cli.main import app
+
+    checks = []
+    real = fabricjax.api.check_memory
+
+    def spy(*args, **kwargs):
+        checks.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fabricjax.api, "check_memory", spy)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(json.dumps(dict(TINY, policies=["spray"])))
+    result = CliRunner().invoke(app, ["analyze", str(path), "-q", "--max-memory", "8GiB"])
+    assert result.exit_code == 0, result.output
+    assert checks == [8 * 2**30]
+
+
+def test_a_prepared_scenario_carries_its_overrides(quickstart):
+    with pytest.raises(fj.ScenarioError, match="max_memory"):
+        fj.prepare(quickstart, max_memory="1KiB")
+    prepared = fj.prepare(quickstart, policies=["spray"], seed=3)
+    assert prepared.config.policies == ["spray"] and prepared.config.seed == 3
+    with pytest.raises(ValueError, match="prepare"):
+        fj.analyze(prepared, seed=4)
