@@ -650,54 +650,16 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
             gone, lost = np.zeros(num_flows), np.zeros(num_flows)
         d_mark = (clean * sm * sd).sum(1) / np.maximum((clean * sm).sum(1), 1e-30)
         d_clean = (clean * (1 - sm) * sd).sum(1) / np.maximum((clean * (1 - sm)).sum(1), 1e-30)
-        unm = gone * (1 - mark)
-        pk = gone / p["pkt"]
-        acks = unm / (p["pkt"] * per_ack) + mark * pk
-        wgt = 1 - (1 - p["delay_alpha"]) ** acks
-        sc_ = np.where(d_clean > p["target"], 0.25 * base_rtt, d_clean)
-        sample = mark * d_mark + (1 - mark) * sc_
-        nw = 1 - (1 - p["delay_alpha"]) ** (lost / p["pkt"])
-        avg = avg + wgt * (sample - avg)
-        avg = avg + nw * (p["network_rtt"] - avg)
-        fast = delay < dyn.FAST_DELAY_S
-        fic = np.where(fast, fic + gone, 0.0)
-        finc = fast & (fic > W)
-        inc = np.where(d_clean >= p["target"], p["fi"] * unm,
-                       p["alpha"] * unm * np.maximum(p["target"] - d_clean, 0))
-        Wn = np.where(finc, W + unm * p["fi_scale"], W + inc / np.maximum(W, p["mtu"]))
-        Wn = Wn + p["eta"] * dt / p["network_rtt"]
         hit = np.asarray(jax.random.uniform(jax.random.fold_in(key, step), (num_flows,)))
-        marks = marks + np.where(hit < 1 - (1 - mark) ** pk, 1.0, 0.0)
-        since = since + dt
-        cut = (marks >= 1) & (since > base_rtt) & (d_mark >= p["target"]) & (avg > p["target"])
-        factor = np.maximum(1 - p["gamma"] * (avg - p["target"]) / np.maximum(avg, 1e-30), .5)
-        Wn = np.where(cut, Wn * factor, Wn)
-        marks = np.where(cut, 0, marks)
-        since = np.where(cut, 0, since)
-        Wn = Wn - dyn.NACK_DECREASE * lost - twice
-        ach = ach + gone
-        trig = trig | (lost > 0)                     # a trim arms it until it fires
-        first = ~np.isfinite(qa_clock) & ((gone > 0) | (lost > 0))
-        due = (now >= qa_clock) | first
-        adapt = (dyn.QUICK_ADAPT & due & ~first & (trig | (delay > 4 * p["target"])) &
-                 (ach < max_window / 8))
-        Wn = np.where(adapt, np.maximum(ach, p["mtu"]), Wn)
-        # a cut below the packets in flight, fewer than a run of ACKs and sent with no AR
-        # flag (the window was above them), the last one's ACK held back by the receiver
-        # (neither marked nor ending a run): no ACK, no packet, until the timer fires
         draw = np.asarray(jax.random.uniform(jax.random.fold_in(stall_key, step), (num_flows,)))
-        for f in np.flatnonzero(adapt & (per_ack > 1)):
-            held_ack = (1 - mark[f]) * (1 - 1 / per_ack[f])
-            in_flight = p["pkt"] + rate[f] * rtt[f]
-            if (dyn.ACK_STALLS and in_flight < per_ack[f] * p["pkt"]
-                    and max(ach[f], p["mtu"]) < in_flight + p["pkt"] <= W[f]
-                    and draw[f] < held_ack):
-                stall[f] = now + dt + p["rto"] - 0.5 * rtt[f]
-                stalls += 1
-                dup_owed[f] += p["pkt"]
-        ach = np.where(due, 0, ach)
-        trig = np.where(adapt, False, trig)
-        qa_clock = np.where(due, now + base_rtt + p["target"], qa_clock)
+        (Wn, avg, fic, marks, since, ach, qa_clock, trig), stalled = reference_nscc(
+            (W, avg, fic, marks, since, ach, qa_clock, trig), gone, lost, twice, mark,
+            d_mark, d_clean, delay, per_ack, rate, rtt, hit, draw, p, base_rtt, max_window,
+            now)
+        for f in np.flatnonzero(stalled):
+            stall[f] = now + dt + p["rto"] - 0.5 * rtt[f]
+            stalls += 1
+            dup_owed[f] += p["pkt"]
         W = np.where(sending, np.clip(Wn, p["mtu"], max_window), W)
         n_live = np.maximum(live.sum(1, keepdims=True), 1)
         walk = n_live[:, 0] * p["pkt"] / np.maximum(rate, 1e-30)
@@ -707,6 +669,122 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
         Q = Qn
         hist[step % (lag + 1)] = signals(Q, passed * (1 - tail), wait, rho)
     return delivered, trimmed, duplicated, link_bytes[:-1], finish, tail_trims, stalls
+
+
+def reference_nscc(state, gone, lost, twice, mark, d_mark, d_clean, delay, per_ack, rate, rtt,
+                   hit, draw, p, base_rtt, max_window, now):
+    """NSCC on one step's ACKs and NACKs, from the module's words, in float64: ((window
+    before its clip, avg delay, fast-increase count, marks, time since the last cut, bytes
+    achieved, quick adapt's clock, its trigger), whether an ACK stall starts) from the state
+    in that order, the bytes ACKed (`gone`), trimmed (`lost`) and timed out (`twice`), the
+    mark share, the marked and clean ACKs' delays, the slots' mean delay, packets per ACK,
+    rate and RTT, and the two draws."""
+    W, avg, fic, marks, since, ach, qa_clock, trig = (np.array(x) for x in state)
+    dt = p["dt"]
+    unm = gone * (1 - mark)
+    pk = gone / p["pkt"]
+    acks = unm / (p["pkt"] * per_ack) + mark * pk
+    wgt = 1 - (1 - p["delay_alpha"]) ** acks
+    sc_ = np.where(d_clean > p["target"], 0.25 * base_rtt, d_clean)
+    sample = mark * d_mark + (1 - mark) * sc_
+    nw = 1 - (1 - p["delay_alpha"]) ** (lost / p["pkt"])
+    avg = avg + wgt * (sample - avg)
+    avg = avg + nw * (p["network_rtt"] - avg)
+    fast = delay < dyn.FAST_DELAY_S
+    fic = np.where(fast, fic + gone, 0.0)
+    finc = fast & (fic > W)
+    inc = np.where(d_clean >= p["target"], p["fi"] * unm,
+                   p["alpha"] * unm * np.maximum(p["target"] - d_clean, 0))
+    Wn = np.where(finc, W + unm * p["fi_scale"], W + inc / np.maximum(W, p["mtu"]))
+    Wn = Wn + p["eta"] * dt / p["network_rtt"]
+    marks = marks + np.where(hit < 1 - (1 - mark) ** pk, 1.0, 0.0)
+    since = since + dt
+    cut = (marks >= 1) & (since > base_rtt) & (d_mark >= p["target"]) & (avg > p["target"])
+    factor = np.maximum(1 - p["gamma"] * (avg - p["target"]) / np.maximum(avg, 1e-30), .5)
+    Wn = np.where(cut, Wn * factor, Wn)
+    marks = np.where(cut, 0, marks)
+    since = np.where(cut, 0, since)
+    Wn = Wn - dyn.NACK_DECREASE * lost - twice
+    ach = ach + gone
+    trig = trig | (lost > 0)                     # a trim arms it until it fires
+    first = ~np.isfinite(qa_clock) & ((gone > 0) | (lost > 0))
+    due = (now >= qa_clock) | first
+    adapt = (dyn.QUICK_ADAPT & due & ~first & (trig | (delay > 4 * p["target"])) &
+             (ach < max_window / 8))
+    Wn = np.where(adapt, np.maximum(ach, p["mtu"]), Wn)
+    # a cut below the packets in flight, fewer than a run of ACKs and sent with no AR
+    # flag (the window was above them), the last one's ACK held back by the receiver
+    # (neither marked nor ending a run): no ACK, no packet, until the timer fires
+    stalled = np.zeros(W.shape, bool)
+    for f in np.flatnonzero(adapt & (per_ack > 1)):
+        held_ack = (1 - mark[f]) * (1 - 1 / per_ack[f])
+        in_flight = p["pkt"] + rate[f] * rtt[f]
+        if (dyn.ACK_STALLS and in_flight < per_ack[f] * p["pkt"]
+                and max(ach[f], p["mtu"]) < in_flight + p["pkt"] <= W[f]
+                and draw[f] < held_ack):
+            stalled[f] = True
+    ach = np.where(due, 0, ach)
+    trig = np.where(adapt, False, trig)
+    qa_clock = np.where(due, now + base_rtt + p["target"], qa_clock)
+    return (Wn, avg, fic, marks, since, ach, qa_clock, trig), stalled
+
+
+def test_nscc_update_is_its_reference():
+    """NSCC's step (`solver.dynamic.nscc_update`) on random states and echoes against the
+    reference's words: fair and proportional increases, fast increase, marked ACKs and cuts,
+    NACKs and timeouts, quick adapt (armed by a trim, by the delay, not on the first ACK) and
+    the ACK stall it can start."""
+    rng = np.random.default_rng(5)
+    n = 400
+    p = dict(dt=0.5e-6, pkt=4160.0, mtu=4096.0, target=7e-6, network_rtt=9e-6,
+             alpha=4 * 4096 * 0.8 * 0.6 / 7e-6, fi=5 * 4096 * 0.8, eta=0.15 * 4096 * 0.8,
+             fi_scale=0.2, gamma=0.8, delay_alpha=0.0125, ack_packets=4.0, rto=10.5e-6)
+    base_rtt = rng.uniform(5e-6, 10e-6, n)
+    max_window = 1.5 * base_rtt * 12.5e9
+    window = rng.uniform(4096.0, max_window)
+    state = (window, rng.uniform(0, 20e-6, n), rng.uniform(0, 2, n) * window,
+             rng.integers(0, 2, n).astype(float), rng.uniform(0, 2, n) * base_rtt,
+             rng.uniform(0, 0.3, n) * max_window,
+             np.where(rng.random(n) < 0.1, np.inf, rng.uniform(0, 2e-5, n)),
+             rng.random(n) < 0.3)
+    some = rng.random(n) < 0.8
+    gone = np.where(some, rng.uniform(0, 3, n) * p["pkt"], 0.0)
+    lost = np.where(rng.random(n) < 0.3, rng.uniform(0, 2, n) * p["pkt"], 0.0)
+    twice = np.where(rng.random(n) < 0.1, p["pkt"], 0.0)
+    mark = np.where(rng.random(n) < 0.5, rng.random(n), 0.0)
+    d_mark, d_clean = rng.uniform(0, 2, n) * p["target"], rng.uniform(0, 2, n) * p["target"]
+    delay = np.where(rng.random(n) < 0.2, rng.uniform(0, 1e-6, n),
+                     rng.uniform(0, 5, n) * p["target"])
+    per_ack = rng.choice([1.0, 4.0], n)
+    rate = rng.uniform(0.01, 1.0, n) * 12.5e9
+    rtt = base_rtt + delay
+    hit, draw = rng.random(n), rng.random(n)
+    now = 1.5e-5
+    expect, stalled = reference_nscc(state, gone, lost, twice, mark, d_mark, d_clean, delay,
+                                     per_ack, rate, rtt, hit, draw, p, base_rtt, max_window,
+                                     now)
+    f32 = np.float32
+    params = dyn.DynamicParams(**{k: f32(v) for k, v in p.items()}, max_steps=np.int32(1),
+                               stride=np.int32(1), seed=np.int32(0))
+    got, got_stalls = dyn.nscc_update(
+        dyn.NsccState(*(np.asarray(x, bool if x.dtype == bool else f32) for x in state)),
+        dyn.Acks(acked=gone.astype(f32), nacked=lost.astype(f32), dup_bytes=twice.astype(f32),
+                 mark=mark.astype(f32), delay_marked=d_mark.astype(f32),
+                 delay_clean=d_clean.astype(f32), delay=delay.astype(f32),
+                 per_ack=per_ack.astype(f32), rate=rate.astype(f32), rtt=rtt.astype(f32),
+                 sending=np.ones(n, bool), hit=hit.astype(f32), stall_draw=draw.astype(f32)),
+        params, base_rtt.astype(f32), max_window.astype(f32), f32(now))
+    clipped = np.clip(expect[0], p["mtu"], max_window)
+    np.testing.assert_allclose(np.asarray(got.window), clipped, rtol=2e-4)
+    for name, want in zip(dyn.NsccState._fields[1:], expect[1:]):
+        got_x = np.asarray(getattr(got, name))
+        if want.dtype == bool:
+            np.testing.assert_array_equal(got_x, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(got_x, want, rtol=2e-4, atol=1e-12, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(got_stalls), stalled)
+    # the case reaches every branch
+    assert stalled.any() and (expect[6] != state[6]).any() and (expect[3] < state[3]).any()
 
 
 def reference_ev_mix(ev_rule, s, sp, sm, live, per_ack, sending, revisits, pace):

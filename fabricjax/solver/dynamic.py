@@ -734,33 +734,70 @@ def _last_byte_wait(run: _Run, s: _State, lk: _Links, frac, wait):
     return joined
 
 
-def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
-    """Step 5: NSCC on what came back this step, the ACKs and NACKs of the bytes delivered and
-    trimmed `ack_lag` steps ago (a byte crosses its path within its step here, so its echo is
-    a round trip behind; the window must not react to trims it cannot know of), quick adapt,
-    and the ACK stall it can cause."""
-    p, base_rtt, max_window = run.p, run.base_rtt, run.max_window
-    dt, now, mark_f, rtt = p.dt, send.now, send.mark_f, send.rtt
-    echoes = s.echoes.at[s.step % (run.ack_lag + 1)].set(jnp.stack([dl.gone, dl.lost_bytes]))
-    acked, nacked = echoes[(s.step + 1) % (run.ack_lag + 1)]
-    # the delay samples of the marked and of the unmarked ACKs (per slot, not the mean: an EV
-    # on a slow path cuts the window when its marked ACK comes back late)
-    delay_marked = ((send.marked_w * send.seen_delay).sum(1) /
-                    jnp.maximum(send.marked_w.sum(1), TINY))
-    delay_clean = ((send.unmarked_w * send.seen_delay).sum(1) /
-                   jnp.maximum(send.unmarked_w.sum(1), TINY))
+class NsccState(NamedTuple):
+    """A sender's NSCC state between steps, float[F] (uec.cpp's UecSrc): `window` (bytes,
+    `_cwnd`); `avg_delay` (s, `_avg_delay`); `fi_count` (bytes ACKed with under 1 us of delay
+    in a row, `_fi_count`); `marks` (marked ACKs since the last cut); `since_dec` (s since
+    the last cut, `_last_dec_time`); `achieved` (bytes ACKed since quick adapt's clock last
+    ran, `_achieved_bytes`); `qa_clock` (s, `_qa_endtime`; inf before the first ACK);
+    `qa_trigger` bool[F] (a trim armed quick adapt, `_trigger_qa`)."""
+
+    window: jax.Array
+    avg_delay: jax.Array
+    fi_count: jax.Array
+    marks: jax.Array
+    since_dec: jax.Array
+    achieved: jax.Array
+    qa_clock: jax.Array
+    qa_trigger: jax.Array
+
+
+class Acks(NamedTuple):
+    """What comes back to a sender in one step, float[F]: `acked`, `nacked` the bytes
+    delivered and trimmed a round trip before; `dup_bytes` bytes the timer sent twice;
+    `mark` the share of its packets ECN-marked; `delay_marked`, `delay_clean` (s) the
+    queueing delay its marked and unmarked ACKs carry (each the share-weighted mean over its
+    slots); `delay` (s) its slots' mean queueing delay; `per_ack` packets per clean ACK;
+    `rate` (bytes/s) and `rtt` (s) as it sends now; `sending` bool[F]; `hit`, `stall_draw`
+    uniform [0, 1) draws: whether a marked ACK came back, whether quick adapt leaves the
+    last packet's ACK held back."""
+
+    acked: jax.Array
+    nacked: jax.Array
+    dup_bytes: jax.Array
+    mark: jax.Array
+    delay_marked: jax.Array
+    delay_clean: jax.Array
+    delay: jax.Array
+    per_ack: jax.Array
+    rate: jax.Array
+    rtt: jax.Array
+    sending: jax.Array
+    hit: jax.Array
+    stall_draw: jax.Array
+
+
+def nscc_update(state: NsccState, acks: Acks, p: DynamicParams, base_rtt, max_window, now
+                ) -> tuple[NsccState, jax.Array]:
+    """(the state after the step's ACKs and NACKs, bool[F] an ACK stall starts): NSCC as
+    the module states it (`UecSrc::updateCwndOnAck_NSCC`, `updateCwndOnNack_NSCC`,
+    `quick_adapt`, `update_delay`, `can_send_NSCC`), one step of `p.dt` at a time. A pure
+    function of its arguments (the draws come in `acks`); `_nscc` feeds it the echoes."""
+    dt, mark_f, rtt = p.dt, acks.mark, acks.rtt
+    acked, nacked = acks.acked, acks.nacked
+    delay_marked, delay_clean = acks.delay_marked, acks.delay_clean
     unmarked = acked * (1.0 - mark_f)
     packets = acked / p.pkt
-    acks = unmarked / (p.pkt * send.per_ack) + mark_f * packets
-    weight = 1.0 - (1.0 - p.delay_alpha) ** acks
+    ack_count = unmarked / (p.pkt * acks.per_ack) + mark_f * packets
+    weight = 1.0 - (1.0 - p.delay_alpha) ** ack_count
     sample_clean = jnp.where(delay_clean > p.target, 0.25 * base_rtt, delay_clean)
     sample = mark_f * delay_marked + (1.0 - mark_f) * sample_clean
     nack_weight = 1.0 - (1.0 - p.delay_alpha) ** (nacked / p.pkt)
-    avg = s.avg_delay + weight * (sample - s.avg_delay)
+    avg = state.avg_delay + weight * (sample - state.avg_delay)
     avg = avg + nack_weight * (p.network_rtt - avg)
-    window = s.window
-    fast = send.delay_f < FAST_DELAY_S
-    fi_count = jnp.where(fast, s.fi_count + acked, 0.0)
+    window = state.window
+    fast = acks.delay < FAST_DELAY_S
+    fi_count = jnp.where(fast, state.fi_count + acked, 0.0)
     fast_inc = fast & (fi_count > window)
     inc = jnp.where(delay_clean >= p.target, p.fi * unmarked,
                     p.alpha * unmarked * jnp.maximum(p.target - delay_clean, 0.0))
@@ -769,11 +806,10 @@ def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
     window = window + p.eta * dt / p.network_rtt
     # whether a marked ACK came back this step: marks fall on packets at random, so flows
     # sharing a bottleneck cut at different times (NSCC's unfairness, which spreads their
-    # completions) -- one draw per flow and step from the run's key
-    hit = jax.random.uniform(jax.random.fold_in(run.key, s.step), acked.shape)
-    marked_ack = hit < 1.0 - (1.0 - mark_f) ** packets
-    marks = s.marks + jnp.where(marked_ack, 1.0, 0.0)
-    since_dec = s.since_dec + dt
+    # completions)
+    marked_ack = acks.hit < 1.0 - (1.0 - mark_f) ** packets
+    marks = state.marks + jnp.where(marked_ack, 1.0, 0.0)
+    since_dec = state.since_dec + dt
     cut = ((marks >= 1.0) & (since_dec > base_rtt) & (delay_marked >= p.target) &
            (avg > p.target))
     factor = jnp.maximum(1.0 - p.gamma * (avg - p.target) / jnp.maximum(avg, TINY), 0.5)
@@ -781,15 +817,15 @@ def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
     marks = jnp.where(cut, 0.0, marks)
     since_dec = jnp.where(cut, 0.0, since_dec)
     # a timeout takes its packet off the window (`mark_packet_for_retransmission`)
-    window = window - NACK_DECREASE * nacked - dl.dup_bytes
+    window = window - NACK_DECREASE * nacked - acks.dup_bytes
     # quick adapt: every base RTT + target from the flow's first ACK or NACK (which starts the
     # clock and is not counted), where a trim armed it (it stays armed until it fires: uec.cpp
     # clears `_trigger_qa` only then) or the delay is past 4 targets
-    achieved = s.achieved + acked
-    armed = s.qa_trigger | (nacked > 0)
-    first = ~jnp.isfinite(s.qa_clock) & ((acked > 0.0) | (nacked > 0.0))
-    due = (now >= s.qa_clock) | first
-    adapt = (QUICK_ADAPT & due & ~first & (armed | (send.delay_f > 4.0 * p.target)) &
+    achieved = state.achieved + acked
+    armed = state.qa_trigger | (nacked > 0)
+    first = ~jnp.isfinite(state.qa_clock) & ((acked > 0.0) | (nacked > 0.0))
+    due = (now >= state.qa_clock) | first
+    adapt = (QUICK_ADAPT & due & ~first & (armed | (acks.delay > 4.0 * p.target)) &
              (achieved < max_window / 8.0))
     adapted = jnp.maximum(achieved, p.mtu)
     window = jnp.where(adapt, adapted, window)
@@ -801,21 +837,51 @@ def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
     # back and nothing may be sent until the timer fires, `rto` after that packet left (about
     # half an RTT before the ACK that ran quick adapt); then the packet goes again, a
     # duplicate (uec.cpp: `can_send_NSCC`, `UecSrc::sendNewPacket`, `UecSink::shouldSack`)
-    in_flight = p.pkt + send.rate * rtt
-    held_ack = (1.0 - mark_f) * (1.0 - 1.0 / send.per_ack)
-    stalls = (ACK_STALLS & adapt & (send.per_ack > 1.0) & (in_flight < send.per_ack * p.pkt) &
-              (adapted < in_flight + p.pkt) & (s.window >= in_flight + p.pkt) &
-              (jax.random.uniform(jax.random.fold_in(run.stall_key, s.step), acked.shape)
-               < held_ack))
-    return _Nscc(
-        echoes=echoes, avg_delay=avg,
-        window=jnp.where(send.sending, jnp.clip(window, p.mtu, max_window), s.window),
-        fi_count=fi_count, marks=marks, since_dec=since_dec,
+    in_flight = p.pkt + acks.rate * rtt
+    held_ack = (1.0 - mark_f) * (1.0 - 1.0 / acks.per_ack)
+    stalls = (ACK_STALLS & adapt & (acks.per_ack > 1.0) & (in_flight < acks.per_ack * p.pkt) &
+              (adapted < in_flight + p.pkt) & (state.window >= in_flight + p.pkt) &
+              (acks.stall_draw < held_ack))
+    return NsccState(
+        window=jnp.where(acks.sending, jnp.clip(window, p.mtu, max_window), state.window),
+        avg_delay=avg, fi_count=fi_count, marks=marks, since_dec=since_dec,
         achieved=jnp.where(due, 0.0, achieved),
-        qa_clock=jnp.where(due, now + base_rtt + p.target, s.qa_clock),
-        qa_trigger=armed & ~adapt,
-        stall=jnp.where(stalls, now + dt + p.rto - 0.5 * rtt, s.stall), stalls=stalls,
-        dup_owed=dl.dup_owed + jnp.where(stalls, p.pkt, 0.0))
+        qa_clock=jnp.where(due, now + base_rtt + p.target, state.qa_clock),
+        qa_trigger=armed & ~adapt), stalls
+
+
+def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
+    """Step 5: NSCC (`nscc_update`) on what came back this step, the ACKs and NACKs of the
+    bytes delivered and trimmed `ack_lag` steps ago (a byte crosses its path within its step
+    here, so its echo is a round trip behind; the window must not react to trims it cannot
+    know of), and the ACK stall it can cause."""
+    p = run.p
+    echoes = s.echoes.at[s.step % (run.ack_lag + 1)].set(jnp.stack([dl.gone, dl.lost_bytes]))
+    acked, nacked = echoes[(s.step + 1) % (run.ack_lag + 1)]
+    # the delay samples of the marked and of the unmarked ACKs (per slot, not the mean: an EV
+    # on a slow path cuts the window when its marked ACK comes back late)
+    delay_marked = ((send.marked_w * send.seen_delay).sum(1) /
+                    jnp.maximum(send.marked_w.sum(1), TINY))
+    delay_clean = ((send.unmarked_w * send.seen_delay).sum(1) /
+                   jnp.maximum(send.unmarked_w.sum(1), TINY))
+    # one draw per flow and step from the run's key for a marked ACK, one from its stall key
+    state, stalls = nscc_update(
+        NsccState(window=s.window, avg_delay=s.avg_delay, fi_count=s.fi_count, marks=s.marks,
+                  since_dec=s.since_dec, achieved=s.achieved, qa_clock=s.qa_clock,
+                  qa_trigger=s.qa_trigger),
+        Acks(acked=acked, nacked=nacked, dup_bytes=dl.dup_bytes, mark=send.mark_f,
+             delay_marked=delay_marked, delay_clean=delay_clean, delay=send.delay_f,
+             per_ack=send.per_ack, rate=send.rate, rtt=send.rtt, sending=send.sending,
+             hit=jax.random.uniform(jax.random.fold_in(run.key, s.step), acked.shape),
+             stall_draw=jax.random.uniform(jax.random.fold_in(run.stall_key, s.step),
+                                           acked.shape)),
+        p, run.base_rtt, run.max_window, send.now)
+    return _Nscc(
+        echoes=echoes, avg_delay=state.avg_delay, window=state.window,
+        fi_count=state.fi_count, marks=state.marks, since_dec=state.since_dec,
+        achieved=state.achieved, qa_clock=state.qa_clock, qa_trigger=state.qa_trigger,
+        stall=jnp.where(stalls, send.now + p.dt + p.rto - 0.5 * send.rtt, s.stall),
+        stalls=stalls, dup_owed=dl.dup_owed + jnp.where(stalls, p.pkt, 0.0))
 
 
 class EvSignals(NamedTuple):
