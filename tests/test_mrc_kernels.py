@@ -17,7 +17,7 @@ from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import fabric_hops_alive, hashed_evs, spread_slots
 from fabricjax.policies import mrc as mrc_module
 from fabricjax.policies.mrc import RETARGET_DRAWS, mrc_fixed_point
-from fabricjax.solver.incidence import ClosRoutes
+from fabricjax.solver.incidence import ClosRoutes, RoutesMixin, link_groups
 
 CONFIGS = (FabricConfig(gpus=14, planes=2, radix=8),
            FabricConfig(gpus=21, planes=3, radix=12, oversubscription=2),
@@ -162,3 +162,38 @@ def test_spread_slots_draws_what_the_plain_formula_draws(cfg, slots):
         for got, want in zip(fast, plain):
             assert got.dtype == want.dtype == np.int32
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("seed", range(3))
+def test_the_alternatives_level_is_each_hops_switch_mean(cfg, seed):
+    """`ClosRoutes.alternatives_level` (a reshape to [P, T0] tables) against the obvious
+    loop, per slot the worst over its two fabric hops of the mean utilisation of the usable
+    links leaving the uplink's T0 (or entering the downlink's T0), and against the generic
+    link-group form that stored paths use (`link_groups`; the sentinel reads 0)."""
+    fabric, routes, plane, spine, alive, table, _ = case(cfg, seed)
+    g = fabric.geometry
+    src, dst = fabric.link_src, fabric.link_dst
+    tier, usable = fabric.tier, alive[:-1]
+
+    def sibling_mean(link):
+        if link == g.sentinel:
+            return 0.0
+        same = (tier == tier[link]) & usable
+        same &= (src == src[link]) if tier[link] == 1 else (dst == dst[link])
+        return float(table[:-1][same].mean()) if same.any() else 0.0
+
+    hops = obvious_hops(g, np.asarray(routes.src), np.asarray(routes.dst), plane, spine)
+    expect = np.vectorize(sibling_mean)(hops).max(axis=-1)
+    got = np.asarray(routes.alternatives_level(plane, spine, jnp.asarray(table),
+                                               jnp.asarray(alive)))
+    np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-6)
+    groups, count = link_groups(tier, src, dst)
+
+    class Grouped(ClosRoutes):
+        link_group, num_link_groups = jnp.asarray(groups), count
+        alternatives_level = RoutesMixin.alternatives_level
+
+    generic = Grouped(g, routes.src, routes.dst)
+    np.testing.assert_allclose(np.asarray(generic.alternatives_level(
+        plane, spine, jnp.asarray(table), jnp.asarray(alive))), expect, rtol=1e-5, atol=1e-6)

@@ -484,7 +484,7 @@ class StoredRoutes(RoutesMixin):
     group_start, group_count: int32[F, P], where each plane's group starts in `by_plane` and
     how many distinct candidates it has. link_group: int32[L + 1], each link's group of
     siblings for `alternatives_level` (an up link's switch it leaves, a down link's switch it
-    enters; host links and the sentinel one group of their own). Static: num_links L, planes
+    enters; host links one group, the sentinel one of its own). Static: num_links L, planes
     P, num_link_groups."""
 
     def __init__(self, num_links: int, planes: int, num_link_groups: int, cand, cand_switch,
@@ -595,12 +595,14 @@ def link_groups(link_tier: np.ndarray, link_src: np.ndarray,
                 link_dst: np.ndarray) -> tuple[np.ndarray, int]:
     """(int32[L + 1] group of every link and the sentinel, the number of groups): an up
     link (tier 1) is grouped with the others that leave its switch, a down link (tier 2) with
-    the others that enter its switch; host links and the sentinel share the last group."""
+    the others that enter its switch; host links share a group (no controlled hop reads it),
+    and the sentinel has one of its own, never usable, so its mean is 0 (a padded hop adds
+    nothing to a slot's worst)."""
     tier = np.asarray(link_tier)
     nodes = int(max(np.max(link_src, initial=0), np.max(link_dst, initial=0))) + 1
     group = np.where(tier == 1, link_src, np.where(tier == 2, nodes + np.asarray(link_dst),
                                                    2 * nodes))
-    return np.concatenate([group, [2 * nodes]]).astype(np.int32), 2 * nodes + 1
+    return np.concatenate([group, [2 * nodes + 1]]).astype(np.int32), 2 * nodes + 2
 
 
 def stored_routes(cand: np.ndarray, distinct: np.ndarray, link_tier: np.ndarray,
