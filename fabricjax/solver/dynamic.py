@@ -534,17 +534,11 @@ class _Delivered(NamedTuple):
 
 
 class _Nscc(NamedTuple):
-    """Step 5, per flow: NSCC's window and bookkeeping after the step's ACKs and NACKs."""
+    """Step 5, per flow: NSCC's state after the step's ACKs and NACKs (`NsccState`), the echo
+    ring, and the ACK stalls it starts."""
 
     echoes: jax.Array
-    avg_delay: jax.Array
-    window: jax.Array
-    fi_count: jax.Array
-    marks: jax.Array
-    since_dec: jax.Array
-    achieved: jax.Array
-    qa_clock: jax.Array
-    qa_trigger: jax.Array
+    nscc: "NsccState"
     stall: jax.Array
     stalls: jax.Array
     dup_owed: jax.Array
@@ -866,9 +860,7 @@ def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
                    jnp.maximum(send.unmarked_w.sum(1), TINY))
     # one draw per flow and step from the run's key for a marked ACK, one from its stall key
     state, stalls = nscc_update(
-        NsccState(window=s.window, avg_delay=s.avg_delay, fi_count=s.fi_count, marks=s.marks,
-                  since_dec=s.since_dec, achieved=s.achieved, qa_clock=s.qa_clock,
-                  qa_trigger=s.qa_trigger),
+        NsccState(*(getattr(s, name) for name in NsccState._fields)),
         Acks(acked=acked, nacked=nacked, dup_bytes=dl.dup_bytes, mark=send.mark_f,
              delay_marked=delay_marked, delay_clean=delay_clean, delay=send.delay_f,
              per_ack=send.per_ack, rate=send.rate, rtt=send.rtt, sending=send.sending,
@@ -877,10 +869,7 @@ def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
                                            acked.shape)),
         p, run.base_rtt, run.max_window, send.now)
     return _Nscc(
-        echoes=echoes, avg_delay=state.avg_delay, window=state.window,
-        fi_count=state.fi_count, marks=state.marks, since_dec=state.since_dec,
-        achieved=state.achieved, qa_clock=state.qa_clock, qa_trigger=state.qa_trigger,
-        stall=jnp.where(stalls, send.now + p.dt + p.rto - 0.5 * send.rtt, s.stall),
+        echoes=echoes, nscc=state, stall=jnp.where(stalls, send.now + p.dt + p.rto - 0.5 * send.rtt, s.stall),
         stalls=stalls, dup_owed=dl.dup_owed + jnp.where(stalls, p.pkt, 0.0))
 
 
@@ -1033,9 +1022,8 @@ def _step(run: _Run, s: _State) -> _State:
     if run.strike is not None:
         events = events | (next_step > run.strike.step) & (s.step <= run.strike.react)
     stepped = _State(
-        step=next_step, remaining=dl.remaining, window=cc.window, avg_delay=cc.avg_delay,
-        fi_count=cc.fi_count, since_dec=cc.since_dec, marks=cc.marks, achieved=cc.achieved,
-        qa_clock=cc.qa_clock, qa_trigger=cc.qa_trigger, owed=dl.owed, dup_owed=cc.dup_owed,
+        step=next_step, remaining=dl.remaining, **cc.nscc._asdict(), owed=dl.owed,
+        dup_owed=cc.dup_owed,
         stall=cc.stall, echoes=cc.echoes, share=_ev_mix(run, s, send), queue=lk.queue,
         forward=lk.forward, history=s.history.at[s.step % (run.lag + 1)].set(signals),
         finish=jnp.where(dl.done_now, send.now + dl.frac * dt + now_delay, s.finish),
