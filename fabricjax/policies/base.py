@@ -16,8 +16,9 @@ the policy's name) whose fields are marked `TRACED` (read by `react` as traced a
 sweep over them never recompiles), `STATIC` (fixed at compile time: loop bounds, lengths) or
 left unmarked (read on the host: slot counts, placement), as equinox marks a field static.
 Registering the policy registers the model, so the scenario's schema, the docs and the errors
-all come from it. It also declares how it is shown (`Display`: label, colour), its `check` of the scenario and what it
-keeps on the device (`memory_profile`, which the planner's memory model prices).
+all come from it. It also declares how it is shown (`Display`: label, colour), its `check`
+of the scenario and what it keeps on the device (`memory_profile`, which the planner's
+memory model prices).
 
 Nothing outside `fabricjax/policies/` branches on a policy's name: a new policy is one module
 that subclasses `Policy` and calls `core.registry.register` (plus one import line in
@@ -144,7 +145,8 @@ class Policy:
     fabric's K shortest). transient: its reaction to a failure is a window during which
     bytes on dead paths are lost (False: a bound, no transport). iterative: it reports
     iterations and how its iteration ended. display: how the reports and figures show it
-    (`Display`), apart from what it computes. aggregatable: a uniform phase may be solved as (T0, T0) classes (`class_slots`).
+    (`Display`), apart from what it computes. aggregatable: a uniform phase may be solved as
+    (T0, T0) classes (`class_slots`).
     memory_profile: what it keeps on the device, which `engine.plan` prices: "split" (a
     split over its slots), "rehash" (also re-draws slots after a failure), "swap-loop" (an
     iterative loop over every flow's slots), "commodity-loop" (an iterative split over

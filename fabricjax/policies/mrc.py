@@ -16,7 +16,8 @@ The model of one iteration (what MRC does over a few round-trip times):
   2. congestion signal: an EV is *marked* when the worst utilisation along the hops its choice
      controls (its switch-to-switch hops: on a Clos the T0 -> T1 uplink and T1 -> T0 downlink)
      exceeds its marking level, `threshold` x max(1, the switch-to-switch links' mean
-     utilisation, the mean utilisation of the links its alternatives take at its switches) (ECN marking at a queue that builds when offered load exceeds capacity; on
+     utilisation, the mean utilisation of the links its alternatives take at its switches)
+     (ECN marking at a queue that builds when offered load exceeds capacity; on
      an oversubscribed or degraded fabric every path is offered more than it carries and
      queues, and the paths that queue more are marked, so the swaps even the load out in
      proportion to capacity: the calibration against htsim's REPS on a leaf-spine with half
@@ -422,9 +423,10 @@ class MrcSettings(Strict):
     """MRC adaptive spraying: `evs` entropy values per flow (equal per plane, the same initial
     set as `spray` when the counts match); an EV whose path's worst controllable utilisation
     exceeds its marking level, `threshold` x max(1, the fabric links' mean utilisation, the
-    mean utilisation of the links its alternatives take at its switches), is marked and moves to a random spine of its plane with probability
-    damping * (u - level) / u. Stops when nothing is marked, when the fabric overload has not
-    improved by `tol` (relative) for `patience` iterations, or at `max_iters`. A failure set
+    mean utilisation of the links its alternatives take at its switches), is marked and
+    moves to a random spine of its plane with probability damping * (u - level) / u. Stops
+    when nothing is marked, when the fabric overload has not improved by `tol` (relative) for
+    `patience` iterations, or at `max_iters`. A failure set
     starts from the no-failure equilibrium (a warm start) and stops after `failure_patience`
     iterations without improvement (5: measured within 1.3% of `patience` 20's mean P100 over
     failure sets, 3.5x faster). `placement` places the initial EVs as `spray.placement` does;

@@ -869,7 +869,8 @@ def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
                                            acked.shape)),
         p, run.base_rtt, run.max_window, send.now)
     return _Nscc(
-        echoes=echoes, nscc=state, stall=jnp.where(stalls, send.now + p.dt + p.rto - 0.5 * send.rtt, s.stall),
+        echoes=echoes, nscc=state,
+        stall=jnp.where(stalls, send.now + p.dt + p.rto - 0.5 * send.rtt, s.stall),
         stalls=stalls, dup_owed=dl.dup_owed + jnp.where(stalls, p.pkt, 0.0))
 
 
@@ -1140,9 +1141,10 @@ def simulate_dynamic(links, share, live, size, start, src, nic, num_gpus: int, b
     float32[L+1] 1 where packets of independent senders meet (0 on the NICs' own links, paced
     by the NIC, and the sentinel); pair int32[F, K, H] the (flow, link) pair of every entry
     and pair_link int32[P] its link (the host's np.unique). ev_mix (the policy's EV mix at
-    ACK time: `held_mix`, `bitmap_mix`, `reps_mix`, a function of `EvSignals`), lag (steps the links' signals take to reach the sender), ack_lag (steps from a
-    byte's delivery or trim to its ACK or NACK at the sender): static. strike: a failure set
-    that strikes during the phase and the policy's reaction (`Strike`; None: none). edges:
+    ACK time: `held_mix`, `bitmap_mix`, `reps_mix`, a function of `EvSignals`), lag (steps
+    the links' signals take to reach the sender), ack_lag (steps from a byte's delivery or
+    trim to its ACK or NACK at the sender): static. strike: a failure set that strikes during
+    the phase and the policy's reaction (`Strike`; None: none). edges:
     int32[RECORDS + 1] the first step of each record interval (None: every `params.stride`
     steps). shared_nics (static): False where no sender shares its NIC with another
     (`nic_round_robin`)."""
