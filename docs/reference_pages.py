@@ -130,6 +130,10 @@ def _fields_table(schema: dict, defs: dict) -> list[str]:
         kind = _type(node)
         if target:
             kind = f"section ([fields](#{_anchor(target)}))"
+        variants = [_ref_name(o) for o in node.get("oneOf", ()) if _ref_name(o)]
+        if variants:        # a union of sections told apart by a field (the fabric's kind)
+            kind = "section, one of " + ", ".join(
+                f"[{_variant_tag(defs[v])}](#{_anchor(v)})" for v in variants)
         items = node.get("items", {})
         if "discriminator" in items:
             kind = "list of [workload items](#workload-items)"
@@ -139,6 +143,14 @@ def _fields_table(schema: dict, defs: dict) -> list[str]:
         rows.append(f"| `{name}` | {_cell(kind)} | {_cell(_default(node, name in required))} "
                     f"| {_cell(_bounds(node))} | {_cell(description)} |")
     return rows
+
+
+def _variant_tag(schema: dict) -> str:
+    """The value of the field that names a union's variant (`kind: fat-tree`)."""
+    for field, node in schema.get("properties", {}).items():
+        if "const" in node:
+            return f"{field}: {node['const']}"
+    return schema.get("title", "?")
 
 
 def _anchor(name: str) -> str:
@@ -164,8 +176,8 @@ def _paths(schema: dict, defs: dict) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
 
     def refs(node: dict) -> list[str]:
-        return [r for r in [_ref_name(node)] + [_ref_name(o) for o in node.get("anyOf", ())]
-                if r]
+        options = [*node.get("anyOf", ()), *node.get("oneOf", ())]
+        return [r for r in [_ref_name(node)] + [_ref_name(o) for o in options] if r]
 
     def walk(section: dict, prefix: str) -> None:
         for name, node in section.get("properties", {}).items():
@@ -210,8 +222,10 @@ def scenario_reference() -> str:
     sections = [name for name in paths if name not in items and name not in nested]
     lines += ["## Sections", ""]
     for name in sections:
-        lines += _section(name, defs[name], defs,
-                          title=", ".join(f"`{p}`" for p in paths[name]))
+        title = ", ".join(f"`{p}`" for p in paths[name])
+        if any("const" in node for node in defs[name].get("properties", {}).values()):
+            title += f" ({_variant_tag(defs[name])})"      # one of a union's sections
+        lines += _section(name, defs[name], defs, title=title)
     lines += ["## Workload items {#workload-items}", "",
               "Each item of `workload` (and of `jobs`) is one of these, chosen by its "
               "`collective`:", ""]

@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 import fabricjax as fj
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.fabric.bom import bom
 
 SMALL = os.environ.get("FABRICJAX_EXAMPLE_SMALL") == "1"
@@ -123,7 +123,7 @@ materials = []
 for planes in PLANES:
     section = {"gpus": 128 if SMALL else 1024, "planes": planes,
                "port_gbps": 800 / planes, "radix": RADIX * planes}
-    b = bom(FabricConfig(**section))
+    b = bom(ClosConfig(**section))
     materials.append({"planes": planes, "switches": b["switches"], "modules": b["modules"],
                       "kw": b["watts"] / 1e3, "gpus": b["gpus"]})
 materials = pd.DataFrame(materials)

@@ -15,8 +15,9 @@ import enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema,
-                      create_model, field_validator, model_serializer, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PrivateAttr,
+                      Tag, WithJsonSchema, create_model, field_validator, model_serializer,
+                      model_validator)
 
 from fabricjax.core.errors import short_repr
 from fabricjax.core.registry import known_names, sections
@@ -113,42 +114,52 @@ class FabricKind(str, enum.Enum):
         return self is not FabricKind.GRAPH
 
 
-class FabricConfig(Strict):
-    """A two-tier multi-plane Clos: every GPU has one port per plane to a T0 of that plane,
-    every T0 has one link to every T1 (spine) of its plane."""
+class _FabricBase(Strict):
+    """What every fabric kind has: the GPUs, their ports' rate, servers and scale-up (`kind`:
+    each kind's own model names its one value)."""
 
-    # the kind is stored as its value (plain text in dumps and YAML), compared as the enum
-    model_config = ConfigDict(use_enum_values=True)
-
-    kind: Annotated[FabricKind, Field(strict=False)] = Field(
-        FabricKind.CLOS.value, description="multiplane-clos: the two-tier multi-plane Clos; "
-        "fat-tree: a fat tree of `tiers` tiers per plane; graph: the network in `file`.")
+    kind: str = Field(description="The fabric's kind.")
     gpus: int = Field(1024, ge=2, description="GPUs (NICs) on the fabric.")
-    planes: int = Field(8, ge=1, le=64, description="Planes: each GPU has one port per plane "
-                        "(its NIC split into `planes` ports of `port_gbps`).")
     port_gbps: NumberOrText = Field(100.0, description="Rate of one port and link, in Gbit/s; also "
                              "written with a unit, e.g. 100G or 400 Gbit/s.")
-    radix: int = Field(64, ge=2, le=4096, description="Ports per switch.")
-    oversubscription: NumberOrText = Field(1.0, ge=1.0, description="Down:up ports of a T0, as a "
-                                    "number (3) or a ratio ('3:1'); 1 is full bisection.")
-    tiers: Literal[2, 3] = Field(2, description="Switch tiers; 3 for kind fat-tree only.")
-    file: str | None = Field(None, min_length=1, max_length=4096, description=(
-        "kind graph: a networkx-readable file (GraphML, or an edge list 'u v "
-        "capacity_gbps'), relative to the scenario's folder."))
-    format: Literal["auto", "graphml", "edgelist"] = Field(
-        "auto", description="The format of `file` (auto: by its name).")
-    paths: int | None = Field(None, ge=1, le=MAX_PATHS, description=(
-        "kind fat-tree and graph: candidate paths per GPU pair, an even sample of its "
-        "equal-cost set where that is larger (a graph file's pairs with fewer add the next "
-        "shortest). Default: the fabric's largest equal-cost set, up to 1024, so every pair "
-        "uses every shortest path it has; a smaller value caps pairs below their set and "
-        "the report warns with the figure."))
     gpus_per_server: int = Field(8, ge=1, le=1024, description=(
         "GPUs per server: GPUs g*k .. g*k+g-1 share server k."))
     scaleup_gbps: float = Field(0.0, ge=0.0, le=MAX_RATE_GBPS, description=(
         "Scale-up bandwidth per GPU and direction in Gbit/s (e.g. 3600 for NVLink 4's 450 "
         "GB/s): traffic between GPUs of one server rides it and never touches the fabric; 0: "
         "no scale-up domain."))
+
+    @field_validator("port_gbps", mode="before")
+    @classmethod
+    def _rate(cls, value: Any) -> float:
+        return port_rate_gbps(value)
+
+
+class _PlanesOfSwitches(_FabricBase):
+    """A fabric built here from planes of identical switches (the Clos and the fat tree)."""
+
+    planes: int = Field(8, ge=1, le=64, description="Planes: each GPU has one port per plane "
+                        "(its NIC split into `planes` ports of `port_gbps`).")
+    radix: int = Field(64, ge=2, le=4096, description="Ports per switch.")
+
+
+_PATHS_DESCRIPTION = (
+    "Candidate paths per GPU pair, an even sample of its equal-cost set where that is larger "
+    "(a graph file's pairs with fewer add the next shortest). Default: the fabric's largest "
+    "equal-cost set, up to 1024, so every pair uses every shortest path it has; a smaller "
+    "value caps pairs below their set and the report warns with the figure.")
+
+
+class ClosConfig(_PlanesOfSwitches):
+    """kind multiplane-clos (the default): a two-tier multi-plane Clos. Every GPU has one
+    port per plane to a T0 of that plane, every T0 has one link to every T1 (spine) of its
+    plane; paths follow from the geometry."""
+
+    kind: Literal["multiplane-clos"] = Field("multiplane-clos", description=(
+        "The fabric's kind: multiplane-clos (this one), fat-tree, or graph (a file)."))
+    tiers: Literal[2] = Field(2, description="Switch tiers: 2 (three: kind fat-tree).")
+    oversubscription: NumberOrText = Field(1.0, ge=1.0, description="Down:up ports of a T0, as a "
+                                    "number (3) or a ratio ('3:1'); 1 is full bisection.")
     rail_optimised: bool = Field(False, description=(
         "Rail-optimised T0s: GPU i of every server is cabled to rail switch i (a T0 serves "
         "one local rank of D servers) instead of a T0 serving D consecutive GPUs."))
@@ -158,10 +169,53 @@ class FabricConfig(Strict):
     def _ratio(cls, value: Any) -> Any:
         return down_up_ratio(value)
 
-    @field_validator("port_gbps", mode="before")
-    @classmethod
-    def _rate(cls, value: Any) -> float:
-        return port_rate_gbps(value)
+
+class FatTreeConfig(_PlanesOfSwitches):
+    """kind fat-tree: a three-tier fat tree per plane, built 1:1 from switches of `radix`
+    ports, routed over stored equal-cost paths."""
+
+    kind: Literal["fat-tree"] = Field(description="The fabric's kind: fat-tree.")
+    tiers: Literal[3] = Field(3, description="Switch tiers: 3 (two: kind multiplane-clos).")
+    paths: int | None = Field(None, ge=1, le=MAX_PATHS, description=_PATHS_DESCRIPTION)
+
+
+class GraphConfig(_FabricBase):
+    """kind graph: the network in a file (GraphML, or an edge list), its hosts the GPUs and its
+    links' capacities its own; routed over its stored shortest paths. `port_gbps` is the port
+    rate a packet's serialisation and the transport's timing assume."""
+
+    kind: Literal["graph"] = Field(description="The fabric's kind: graph.")
+    file: str = Field(min_length=1, max_length=4096, description=(
+        "A networkx-readable file (GraphML, or an edge list 'u v capacity_gbps'), relative to "
+        "the scenario's folder."))
+    format: Literal["auto", "graphml", "edgelist"] = Field(
+        "auto", description="The format of `file` (auto: by its name).")
+    paths: int | None = Field(None, ge=1, le=MAX_PATHS, description=_PATHS_DESCRIPTION)
+
+
+FABRIC_KINDS = {FabricKind.CLOS.value: ClosConfig, FabricKind.FAT_TREE.value: FatTreeConfig,
+                FabricKind.GRAPH.value: GraphConfig}
+
+
+def _fabric_tag(value: Any) -> Any:
+    # a fabric without `kind` is the Clos; a tag that is not text cannot name a kind, and
+    # pydantic reports it as an unknown one
+    if isinstance(value, dict):
+        kind = value.get("kind", FabricKind.CLOS.value)
+    elif isinstance(value, _FabricBase):
+        kind = value.kind
+    else:
+        return None     # not a mapping: pydantic says the tag is missing, the loader why
+    return kind.value if isinstance(kind, FabricKind) else kind if isinstance(kind, str) else \
+        short_repr(kind, 60)
+
+
+# The scenario's `fabric`: one model per kind, told apart by `kind` (the Clos when omitted),
+# so each kind takes only the fields it uses
+FabricConfig = Annotated[
+    Union[tuple(Annotated[model, Tag(kind)] for kind, model in FABRIC_KINDS.items())],
+    Discriminator(_fabric_tag),
+]
 
 
 class _WorkloadBase(Strict):
@@ -803,6 +857,9 @@ class DesignConfig(Strict):
         "What 'cheapest' means: money (US dollars), watts, or optic modules."))
     catalog: CatalogConfig = Field(CatalogConfig(), description=(
         "Parts laid over the bundled catalog (same fields)."))
+    paths: int | None = Field(None, ge=1, le=MAX_PATHS, description=(
+        "The three-tier designs' candidate paths per GPU pair (a fat tree's fabric.paths); "
+        "default: its equal-cost set, up to 1024."))
     confirm: DesignConfirmConfig = Field(DesignConfirmConfig(), description=(
         "The dynamic level's confirmation of the front."))
     upgrades: bool = Field(False, description=(
@@ -830,7 +887,7 @@ class Scenario(Strict):
     name: str = Field("scenario", description="The scenario's name in reports (default: "
                       "the file's name).")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random draw.")
-    fabric: FabricConfig = Field(FabricConfig(), description="The network.")
+    fabric: FabricConfig = Field(ClosConfig(), description="The network.")
     workload: list[WorkloadConfig] = Field([], description=(
         "Collectives and traffic, each analysed alone on the whole fabric."))
     jobs: list[WorkloadConfig] = Field([], description=(
@@ -945,7 +1002,7 @@ def _first_paragraph(model: type) -> str:
 
 # --------------------------------------------------------------------------- derived counts
 
-def two_tier_ports(fabric: FabricConfig) -> tuple[int, int]:
+def two_tier_ports(fabric: ClosConfig) -> tuple[int, int]:
     """(down, up) ports of a T0 for the radix and oversubscription (down:up ratio)."""
     up = fabric.radix / (1.0 + fabric.oversubscription)
     return fabric.radix - round(up), round(up)

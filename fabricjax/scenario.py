@@ -28,9 +28,9 @@ import pydantic
 import yaml
 from pydantic import BaseModel
 
-from fabricjax.config import (COLLECTIVES, AllReduceConfig, ChakraConfig, DesignConfig,
-                              FabricKind, PermutationConfig, RankedConfig, Scenario, SendRecvConfig,
-                              TrafficConfig, TrainingConfig, job_size)
+from fabricjax.config import (COLLECTIVES, FABRIC_KINDS, AllReduceConfig, ChakraConfig,
+                              DesignConfig, FabricKind, PermutationConfig, RankedConfig,
+                              Scenario, SendRecvConfig, TrafficConfig, TrainingConfig, job_size)
 from fabricjax.core.errors import ScenarioError, one_line, short_repr
 from fabricjax.core.registry import known_names, lookup, sections
 from fabricjax.fabric.build import build
@@ -236,10 +236,11 @@ def allowed_fields(loc: tuple, root: type[BaseModel] = Scenario) -> list[str] | 
             continue
         if origin in (Union, types.UnionType) and isinstance(part, str):
             variants = [
-                v for v in typing.get_args(node)
+                v for v in map(_strip_annotated, typing.get_args(node))
                 if isinstance(v, type) and issubclass(v, BaseModel)
-                and "collective" in v.model_fields
-                and part in typing.get_args(v.model_fields["collective"].annotation)
+                and any(tag in v.model_fields and
+                        part in typing.get_args(v.model_fields[tag].annotation)
+                        for tag in UNION_TAGS)
             ]
             if not variants:
                 return None
@@ -252,13 +253,23 @@ def allowed_fields(loc: tuple, root: type[BaseModel] = Scenario) -> list[str] | 
     return None
 
 
+# the unions of models told apart by a field (a workload item's collective, a fabric's kind):
+# per section, where pydantic's loc puts the tag (after the item's index, after `fabric`), the
+# field and its value when left out
+_UNIONS = {"workload": (2, "collective", None), "jobs": (2, "collective", None),
+           "fabric": (1, "kind", FabricKind.CLOS.value)}
+UNION_TAGS = ("collective", "kind")
+_TAG_AT = {section: at for section, (at, _, _) in _UNIONS.items()}
+
+
 def _field_path(loc: tuple) -> str:
-    """Dotted path for a pydantic loc, without the union tag (``workload[0].permutation``)."""
+    """Dotted path for a pydantic loc, without the union tag (``workload[0].permutation``,
+    ``fabric.graph``)."""
     parts: list[str] = []
     for i, part in enumerate(loc):
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif loc[0] in ("workload", "jobs") and i == 2:
+        elif loc and _TAG_AT.get(loc[0]) == i and isinstance(part, str):
             continue  # the discriminated-union tag: the user never wrote it
         else:
             parts.append(("." if parts else "") + str(part))
@@ -328,13 +339,22 @@ def _format_validation_error(err: pydantic.ValidationError, root: type[BaseModel
             message += f"; allowed: {', '.join(allowed)}"
     elif kind == "missing":
         message = "required field is missing"
+    elif (kind in ("union_tag_invalid", "union_tag_not_found") and
+          not isinstance(first.get("input"), dict)):
+        message = ("expected a mapping of fields, e.g. {name: value} "
+                   f"(got {_short(first.get('input'))})")
     elif kind in ("union_tag_invalid", "union_tag_not_found"):
-        path += ".collective"
-        allowed = ", ".join(repr(c) for c in COLLECTIVES)
+        tag, names = (("kind", FABRIC_KINDS) if loc == ("fabric",) else
+                      ("collective", COLLECTIVES))
+        path += f".{tag}"
+        allowed = ", ".join(repr(c) for c in names)
         if kind == "union_tag_invalid":
-            message = f"unknown collective {_short(first['ctx']['tag'])}; allowed: {allowed}"
+            message = f"unknown {tag} {_short(first['ctx']['tag'])}; allowed: {allowed}"
         else:
             message = f"required field is missing; allowed: {allowed}"
+    elif kind == "literal_error" and path == "fabric.tiers":
+        message = (f"{msg[0].lower() + msg[1:]} (got {_short(first['input'])}); two tiers: "
+                   "kind multiplane-clos, three: kind fat-tree")
     elif kind in ("model_type", "model_attributes_type", "dict_type"):
         message = ("expected a mapping of fields, e.g. {name: value} "
                    f"(got {_short(first['input'])})")
@@ -510,7 +530,7 @@ def load_design(path: str | Path) -> tuple[Scenario, DesignConfig]:
 
 # the fabric fields each design of a search sets for itself (`design.space`, `nic_gbps`)
 DESIGN_OWNED = ("kind", "tiers", "planes", "port_gbps", "radix", "oversubscription", "file",
-                "format")
+                "format", "paths")
 
 
 def design_base_fabric(fabric: Any) -> dict:
@@ -525,9 +545,9 @@ def design_base_fabric(fabric: Any) -> dict:
     for name in DESIGN_OWNED:
         if name in fabric:
             raise ScenarioError(f"fabric.{name}", "is set by each design of the search "
-                                "(design.space, design.nic_gbps); allowed in a design file's "
-                                "fabric: the fields every design shares, e.g. gpus, "
-                                "gpus_per_server, scaleup_gbps, rail_optimised, paths")
+                                "(design.space, design.nic_gbps, design.paths); allowed in "
+                                "a design file's fabric: the fields every design shares, e.g. "
+                                "gpus, gpus_per_server, scaleup_gbps, rail_optimised")
     gpus = fabric.get("gpus", 1024)
     radix = 4
     while isinstance(gpus, int) and radix * (radix // 2) < gpus and radix < 4096:
@@ -614,15 +634,16 @@ def split_path(path: str, field: str) -> tuple[str | int, ...]:
 
 
 def _model_loc(data: dict, parts: tuple) -> tuple:
-    """The loc `allowed_fields` walks for `parts`: a workload item or job's collective (the
-    union tag) inserted after its index."""
+    """The loc `allowed_fields` walks for `parts`: a union's tag (a workload item or job's
+    collective, the fabric's kind) inserted where pydantic puts it."""
     loc: list = []
     node: Any = data
+    at, tag, default = _UNIONS.get(parts[0], (None, None, None)) if parts else (None,) * 3
     for i, part in enumerate(parts):
         loc.append(part)
         node = node[part] if isinstance(node, (dict, list)) else None
-        if i == 1 and parts[0] in ("workload", "jobs") and isinstance(node, dict):
-            loc.append(node.get("collective"))
+        if at is not None and i == at - 1 and isinstance(node, dict):
+            loc.append(node.get(tag, default))
     return tuple(loc)
 
 

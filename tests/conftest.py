@@ -44,7 +44,7 @@ import fabricjax.policies  # noqa: E402,F401  (registers the built-in policies' 
 from fabricjax.core import executables
 from fabricjax.core.cache import enable_compile_cache
 from fabricjax.fabric.clos import build_fabric
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.scenario import parse_scenario
 
 enable_compile_cache()
@@ -148,7 +148,7 @@ def strict_promotion():
         yield
 
 
-def scenario_for(fabric: FabricConfig, *, eps: float = 0.0, max_rounds: int = 10_000,
+def scenario_for(fabric: ClosConfig, *, eps: float = 0.0, max_rounds: int = 10_000,
                  rates: str = "full", transport: bool = True):
     """A minimal valid Scenario around `fabric` (solve_phase reads its solver settings).
     Full max-min rounds by default: these cases compare every flow's rate. `transport`
@@ -185,12 +185,12 @@ def config_id(cfg: dict) -> str:
 
 
 @pytest.fixture(params=SMALL_CONFIGS, ids=config_id)
-def small_config(request) -> FabricConfig:
-    return FabricConfig(**request.param)
+def small_config(request) -> ClosConfig:
+    return ClosConfig(**request.param)
 
 
 # planes=2, radix 8 (4 down, 4 up), 14 GPUs over 4 T0s per plane (the last one short).
-TINY_CONFIG = FabricConfig(gpus=14, planes=2, radix=8)
+TINY_CONFIG = ClosConfig(gpus=14, planes=2, radix=8)
 
 
 @pytest.fixture(scope="session")

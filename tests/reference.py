@@ -29,7 +29,7 @@ def reference_ports(radix: int, oversubscription: float) -> tuple[int, int]:
 
 
 def reference_fabric_graph(cfg) -> nx.DiGraph:
-    """The two-tier multi-plane Clos of `cfg` (a FabricConfig), node by node, link by link.
+    """The two-tier multi-plane Clos of `cfg` (a ClosConfig), node by node, link by link.
 
     Nodes are named ("gpu", g), ("t0", plane, t), ("t1", plane, s). GPU g has one port per
     plane, cabled to T0 number g // gpus_per_t0 of that plane; every T0 is cabled once to

@@ -16,7 +16,7 @@ from fabricjax.solver import aggregate as ag
 from fabricjax.engine.phase import offered_demand, solve_slots
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import hashed_slots, path_set, spread_slots
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.workload.flows import Flows
 
 from adapters import solve_aggregated_classes, solve_aggregated_phase
@@ -25,9 +25,9 @@ from conftest import assert_close, scenario_for
 SIZE = 2.0**24
 
 # planes=2, radix 8: 4 GPUs and 4 spines per T0, 8 T0s (32 GPUs reach two tiers).
-FULL = FabricConfig(gpus=32, planes=2, radix=8)
-PARTIAL = FabricConfig(gpus=30, planes=2, radix=8)        # last T0 holds 2 GPUs
-WIDE = FabricConfig(gpus=128, planes=2, radix=16)         # 8 spines, 16 T0s
+FULL = ClosConfig(gpus=32, planes=2, radix=8)
+PARTIAL = ClosConfig(gpus=30, planes=2, radix=8)        # last T0 holds 2 GPUs
+WIDE = ClosConfig(gpus=128, planes=2, radix=16)         # 8 spines, 16 T0s
 
 
 def all_to_all(gpus: np.ndarray) -> Flows:
@@ -234,7 +234,7 @@ def test_bad_policy_and_options_are_refused():
 
 def test_strict_dtype_promotion(strict_promotion):
     """No silent upcasts in the device function (a small fabric: its own compile is cheap)."""
-    fabric = build_fabric(FabricConfig(gpus=8, planes=2, radix=4))
+    fabric = build_fabric(ClosConfig(gpus=8, planes=2, radix=4))
     g = fabric.geometry
     classes = ag.all_to_all_classes(g, np.arange(g.gpus))
     ecmp = solve_aggregated_classes(g, "ecmp", classes, None, SIZE, fabric.capacity, qps=1,

@@ -14,7 +14,7 @@ import pytest
 from fabricjax.study.analyze import analyze
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.clos import build_fabric, fabric_summary
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.scenario import load_scenario, parse_scenario, with_overrides
 
 from conftest import assert_close
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_full_scale_fabric_counts_match_closed_form():
     """131,072 GPUs, 8 planes of 512-port 100G switches: 256 down / 256 up per T0."""
-    cfg = FabricConfig(gpus=131072, planes=8, port_gbps=100, radix=512)
+    cfg = ClosConfig(gpus=131072, planes=8, port_gbps=100, radix=512)
     s = fabric_summary(cfg)
     assert (s["t0_per_plane"], s["t1_per_plane"]) == (512, 256)
     assert s["switches"] == 8 * (512 + 256)
@@ -46,8 +46,8 @@ def test_one_more_gpu_than_two_tiers_reach_is_refused():
 
 
 def test_oversubscribed_fabric_cuts_bisection_to_a_third():
-    full = fabric_summary(FabricConfig(gpus=2048, planes=8, radix=64))
-    over = fabric_summary(FabricConfig(gpus=3072, planes=8, radix=64, oversubscription=3))
+    full = fabric_summary(ClosConfig(gpus=2048, planes=8, radix=64))
+    over = fabric_summary(ClosConfig(gpus=3072, planes=8, radix=64, oversubscription=3))
     assert (over["t0_down_ports"], over["t0_up_ports"]) == (48, 16)
     assert not over["full_bisection"] and full["full_bisection"]
     # per T0: 48 GPUs share 16 uplinks -> the cut carries a third of the injection

@@ -84,7 +84,7 @@ def test_from_dict_is_the_file_without_the_file():
 
 @pytest.mark.parametrize("change, field, words", [
     ({"fabric.planes": 3}, "spray.evs", "multiples of fabric.planes"),
-    ({"fabric.plane": 4}, "fabric.plane", "allowed: kind, gpus, planes"),
+    ({"fabric.plane": 4}, "fabric.plane", "allowed: kind, gpus, port_gbps"),
     ({"workload[5].size": "1GiB"}, "workload[5].size", "has 2 item(s)"),
     ({"fabric..planes": 4}, "fabric..planes", "not a field path"),
     ({"fabric.gpus": "many"}, "fabric.gpus", "many"),

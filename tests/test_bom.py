@@ -15,15 +15,15 @@ from fabricjax.fabric.bom import (
 )
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.clos import build_fabric, clos_geometry
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 
 TWO_TIER_CONFIGS = [
-    FabricConfig(gpus=64, planes=1, port_gbps=800.0, radix=16),
-    FabricConfig(gpus=100, planes=8, port_gbps=100.0, radix=16),          # partial last T0
-    FabricConfig(gpus=96, planes=4, port_gbps=200.0, radix=16, oversubscription=3.0),
-    FabricConfig(gpus=1024, planes=2, port_gbps=400.0, radix=64),
+    ClosConfig(gpus=64, planes=1, port_gbps=800.0, radix=16),
+    ClosConfig(gpus=100, planes=8, port_gbps=100.0, radix=16),          # partial last T0
+    ClosConfig(gpus=96, planes=4, port_gbps=200.0, radix=16, oversubscription=3.0),
+    ClosConfig(gpus=1024, planes=2, port_gbps=400.0, radix=64),
 ]
-STARGATE = FabricConfig(gpus=131_072, planes=8, port_gbps=100.0, radix=512)
+STARGATE = ClosConfig(gpus=131_072, planes=8, port_gbps=100.0, radix=512)
 
 
 # --------------------------------------------------------------------------- two tiers
@@ -308,7 +308,7 @@ def test_bad_overrides_name_the_field():
     with pytest.raises(ScenarioError, match="bom.host_links"):
         bom(STARGATE, overrides={"host_links": "fibre"})
     with pytest.raises(ScenarioError, match="bom.optic_watts"):
-        bom(FabricConfig(gpus=64, planes=1, port_gbps=3200.0, radix=16))
+        bom(ClosConfig(gpus=64, planes=1, port_gbps=3200.0, radix=16))
 
 
 # --------------------------------------------------------------------------- tiers, claim
@@ -358,11 +358,11 @@ def test_baseline_is_what_a_designer_would_build():
     """Same NIC bandwidth on one plane, the ASIC's ports ganged to it, same oversubscription;
     none (with the reason) when that is not a fabric anyone would build."""
     # quickstart: 64 x 100G ganged by 8 is an 8-port 800G switch, 5 tiers for 1,024 GPUs
-    quick = baseline_designs(FabricConfig(gpus=1024, planes=8, port_gbps=100.0, radix=64))
+    quick = baseline_designs(ClosConfig(gpus=1024, planes=8, port_gbps=100.0, radix=64))
     assert quick.designs == [] and "need 5 tiers" in quick.note
     assert MAX_BASELINE_TIERS == 4
     # 3:1 at 512 x 100G: the baseline is 3:1 too (it was 1:1 before: 0.26x the switches)
-    over = FabricConfig(gpus=65_536, planes=8, port_gbps=100.0, radix=512, oversubscription=3)
+    over = ClosConfig(gpus=65_536, planes=8, port_gbps=100.0, radix=512, oversubscription=3)
     base = baseline_designs(over)
     assert [(b["tiers"], b["t0_down_up"], b["radix"], b["port_gbps"]) for b in base.designs] \
         == [(3, [48, 16], 64, 800.0)]
@@ -370,21 +370,21 @@ def test_baseline_is_what_a_designer_would_build():
     full = baseline_designs(over.model_copy(update={"oversubscription": 1.0})).designs[0]
     assert base.designs[0]["switches"] < full["switches"]
     # 2 x 1.6T: a 3.2T single-plane port has no optic in the table -- a note, not an error
-    fast = baseline_designs(FabricConfig(gpus=1024, planes=2, port_gbps=1600.0, radix=64))
+    fast = baseline_designs(ClosConfig(gpus=1024, planes=2, port_gbps=1600.0, radix=64))
     assert fast.designs == [] and "no 3200G module" in fast.note
-    four = baseline_designs(FabricConfig(gpus=1024, planes=4, port_gbps=1600.0, radix=64))
+    four = baseline_designs(ClosConfig(gpus=1024, planes=4, port_gbps=1600.0, radix=64))
     assert four.designs == [] and "6400G" in four.note
     # 4 planes of 200G on 256 ports: 64 x 800G, three tiers for 8,192 GPUs
-    (tree,) = baseline_designs(FabricConfig(gpus=8192, planes=4, port_gbps=200.0,
+    (tree,) = baseline_designs(ClosConfig(gpus=8192, planes=4, port_gbps=200.0,
                                             radix=256)).designs
     assert (tree["tiers"], tree["radix"], tree["port_gbps"]) == (3, 64, 800.0)
     # ports that do not gang evenly are named; a single plane is its own baseline
-    odd = baseline_designs(FabricConfig(gpus=256, planes=8, port_gbps=100.0, radix=68))
+    odd = baseline_designs(ClosConfig(gpus=256, planes=8, port_gbps=100.0, radix=68))
     assert odd.designs and "4 of each switch's 68 ports are left over" in odd.note
-    assert baseline_designs(FabricConfig(gpus=64, planes=1, port_gbps=800.0,
+    assert baseline_designs(ClosConfig(gpus=64, planes=1, port_gbps=800.0,
                                          radix=16)).note.startswith("none")
     # a split the ganged radix cannot make exactly is named: 80 ports 3:1 is 60:20, 10 -> 8:2
-    near = baseline_designs(FabricConfig(gpus=512, planes=8, port_gbps=100.0, radix=80,
+    near = baseline_designs(ClosConfig(gpus=512, planes=8, port_gbps=100.0, radix=80,
                                          oversubscription=3))
     assert near.designs[0]["t0_down_up"] == [8, 2] and "4:1" in near.note
 
@@ -394,12 +394,12 @@ def test_baseline_is_what_a_designer_would_build():
 @pytest.mark.parametrize("cfg, t0s, spines, bundle", [
     # 4 x 200G, 512 ports at 3:1: 384 down, 128 up; 43 T0s need ceil(43*128/512) = 11
     # spines' ports, and 16 is the fewest that divide 128: bundles of 8
-    (FabricConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3),
+    (ClosConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3),
      43, 16, 8),
     # 8 x 100G, 64 ports at 1:1: 32 T0s of 32 GPUs, 32*32/64 = 16 spines, bundles of 2
-    (FabricConfig(gpus=1024, planes=8, port_gbps=100.0, radix=64), 32, 16, 2),
+    (ClosConfig(gpus=1024, planes=8, port_gbps=100.0, radix=64), 32, 16, 2),
     # 2 x 400G, 64 ports: 19 T0s (the last with 24 GPUs), ceil(19*32/64) = 10 -> 16
-    (FabricConfig(gpus=600, planes=2, port_gbps=400.0, radix=64), 19, 16, 2),
+    (ClosConfig(gpus=600, planes=2, port_gbps=400.0, radix=64), 19, 16, 2),
 ], ids=["16k-3to1", "1k", "600"])
 def test_two_tier_below_full_size_against_hand_counts(cfg, t0s, spines, bundle):
     b = bom(cfg)
@@ -426,7 +426,7 @@ def test_two_tier_below_full_size_against_hand_counts(cfg, t0s, spines, bundle):
 def test_sixteen_thousand_gpus_at_three_to_one():
     """16,384 GPUs on 4 x 200G planes at 3:1: 236 switches as built (not 684), against the
     three-tier single-plane tree: no longer twice the switches."""
-    cfg = FabricConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3)
+    cfg = ClosConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3)
     b = bom(cfg)
     assert b["switches"] == 4 * (43 + 16) == 236
     assert b["modules"] == 16_384 + 4 * (42 * 96 + 64) + 4 * (43 * 32 + 16 * 86) == 43_776
@@ -452,7 +452,7 @@ def test_full_size_unchanged():
 def test_single_plane_baseline_bundles_by_the_same_rule():
     # 1,000 GPUs, 2 x 400G on 128 ports: 16 T0s, 8 spines in bundles of 8; the baseline,
     # 1 x 800G on 64 ports, has 32 T0s and 16 spines in bundles of 2
-    cfg = FabricConfig(gpus=1000, planes=2, port_gbps=400.0, radix=128)
+    cfg = ClosConfig(gpus=1000, planes=2, port_gbps=400.0, radix=128)
     assert bom(cfg)["switches_per_plane"] == {"t0": 16, "t1": 8}
     (single,) = baseline_designs(cfg).designs
     assert single["tiers"] == 2 and single["switches_per_plane"] == {"t0": 32, "t1": 16}

@@ -203,6 +203,28 @@ def test_a_design_file_loads(tmp_path):
     assert base.fabric.gpus == 32 and spec.nic_gbps == 400
 
 
+def test_each_design_takes_its_kinds_fields(tmp_path):
+    """A fat-tree design takes `design.paths` and no rails, a Clos design its T0 ratio and
+    the file's rails; a design file's `fabric.paths` (which a Clos design has not) is refused
+    naming where it goes."""
+    import yaml
+    path = _design_file(tmp_path, {**DESIGN, "paths": 4})
+    data = yaml.safe_load(path.read_text())
+    # 16 GPUs: three tiers of the 1.6T part's 4 x 400G reach them, two do not
+    data["fabric"].update(gpus=16, rail_optimised=True)
+    path.write_text(yaml.safe_dump(data))
+    base, spec = load_design(path)
+    kept, _ = enumerate_designs(base, spec, merged_catalog(spec.catalog))
+    fabrics = {cand.tiers: scenario.fabric for cand, scenario, _ in kept}
+    assert fabrics[3].kind == "fat-tree" and fabrics[3].paths == 4
+    assert not hasattr(fabrics[3], "rail_optimised")
+    assert fabrics[2].kind == "multiplane-clos" and fabrics[2].rail_optimised
+    data["fabric"]["paths"] = 4
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ScenarioError, match=r"fabric.paths: is set by each design.*design.paths"):
+        load_design(path)
+
+
 def test_upgrades_name_the_links_of_the_binding_item():
     """ECMP's hash collisions make the healthy ring link-bound: the gradients name links, and
     each one named saves time."""

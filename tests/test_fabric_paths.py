@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fabricjax.fabric.clos import NUM_TIERS, build_fabric, clos_geometry
 from fabricjax.fabric.paths import HOPS, clos_path_links, hashed_slots, path_set, spread_slots
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 
 from conftest import SMALL_CONFIGS
 from reference import node_name, reference_fabric_graph, reference_paths
@@ -127,8 +127,8 @@ def _random_flows(geom, num_flows, rng):
 @pytest.mark.parametrize("cfg", SMALL_CONFIGS[::2], ids=lambda c: str(c))
 @pytest.mark.parametrize("kind", ["spread", "hashed"])
 def test_path_set_slots_are_valid_paths(cfg, kind):
-    fabric = build_fabric(FabricConfig(**cfg))
-    graph = reference_fabric_graph(FabricConfig(**cfg))
+    fabric = build_fabric(ClosConfig(**cfg))
+    graph = reference_fabric_graph(ClosConfig(**cfg))
     geom = fabric.geometry
     rng = np.random.default_rng(1)
     src, dst = _random_flows(geom, 25, rng)
@@ -155,7 +155,7 @@ def test_path_set_slots_are_valid_paths(cfg, kind):
 def test_spread_slots_distinct_spines_when_they_fit(radix_half, planes, pick, seed):
     """A plane with K_p <= S slots puts them on K_p distinct spines (docstring promise), here
     for K_p dividing S; the general K_p <= S case is the test below."""
-    geom = clos_geometry(FabricConfig(gpus=2, planes=planes, radix=2 * radix_half))
+    geom = clos_geometry(ClosConfig(gpus=2, planes=planes, radix=2 * radix_half))
     divisors = [d for d in range(1, geom.spines + 1) if geom.spines % d == 0]
     per_plane = divisors[pick % len(divisors)]
     plane, spine = spread_slots(geom, 64, per_plane * planes, np.random.default_rng(seed))
@@ -169,7 +169,7 @@ def test_spread_slots_distinct_spines_when_they_fit(radix_half, planes, pick, se
 
 @pytest.mark.parametrize("spines,per_plane", [(3, 2), (5, 2), (5, 3), (4, 3), (8, 3)])
 def test_spread_slots_distinct_spines_any_split(spines, per_plane):
-    geom = clos_geometry(FabricConfig(gpus=4, planes=2, radix=2 * spines))
+    geom = clos_geometry(ClosConfig(gpus=4, planes=2, radix=2 * spines))
     plane, spine = spread_slots(geom, 500, 2 * per_plane, np.random.default_rng(0))
     repeated = 0
     for f in range(plane.shape[0]):
@@ -180,7 +180,7 @@ def test_spread_slots_distinct_spines_any_split(spines, per_plane):
 
 
 def test_spread_slots_use_every_spine_once_when_slots_equal_spines():
-    geom = clos_geometry(FabricConfig(gpus=16, planes=2, radix=8))
+    geom = clos_geometry(ClosConfig(gpus=16, planes=2, radix=8))
     plane, spine = spread_slots(geom, 200, geom.planes * geom.spines, np.random.default_rng(3))
     for f in range(200):
         for p in range(geom.planes):
@@ -189,7 +189,7 @@ def test_spread_slots_use_every_spine_once_when_slots_equal_spines():
 
 def test_spread_slots_marginals_are_uniform():
     """Each slot's spine is uniform over the plane's spines (the random rotation's job)."""
-    geom = clos_geometry(FabricConfig(gpus=4, planes=2, radix=16))   # S = 8
+    geom = clos_geometry(ClosConfig(gpus=4, planes=2, radix=16))   # S = 8
     num_flows = 4000
     _, spine = spread_slots(geom, num_flows, 6, np.random.default_rng(5))
     for k in range(6):
@@ -210,7 +210,7 @@ def _assert_roughly_uniform(counts):
 
 @pytest.mark.parametrize("spines,planes,qps", [(2, 1, 1), (3, 2, 2), (8, 4, 1), (5, 1, 4)])
 def test_hashed_slots_planes_and_uniformity(spines, planes, qps):
-    geom = clos_geometry(FabricConfig(gpus=4, planes=planes, radix=2 * spines))
+    geom = clos_geometry(ClosConfig(gpus=4, planes=planes, radix=2 * spines))
     num_flows = 3000
     plane, spine = hashed_slots(geom, num_flows, qps, np.random.default_rng(11))
     assert plane.shape == spine.shape == (num_flows, qps * planes)

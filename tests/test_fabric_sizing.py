@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from test_cli import assert_one_line_error, fabricjax
 
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric import build as build_module
 from fabricjax.fabric import fattree as fattree_module
@@ -50,14 +50,14 @@ def test_topo_counts_spines_as_built(tmp_path):
 
 def test_topo_table_rows_as_built():
     console = Console(width=200, record=True)
-    cfg = FabricConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3)
+    cfg = ClosConfig(gpus=16_384, planes=4, port_gbps=200.0, radix=512, oversubscription=3)
     console.print(topo_table(fabric_summary(cfg)))
     text = " ".join(console.export_text().split())
     assert "│ T1 switches │ 16 per plane, 64 total (as built) │" in text
     assert "│ T0-T1 cables per pair │ 8 (analysed: 128 T1s per plane, 1 cable each) │" in text
     assert "│ switches │ 236 │" in text
     full = Console(width=200, record=True)
-    full.print(topo_table(fabric_summary(FabricConfig(gpus=131_072, planes=8, radix=512))))
+    full.print(topo_table(fabric_summary(ClosConfig(gpus=131_072, planes=8, radix=512))))
     text = " ".join(full.export_text().split())
     assert "256 per plane, 2,048 total │" in text and "│ switches │ 6,144 │" in text
     assert "cables per pair" not in text

@@ -33,7 +33,7 @@ from fabricjax.fabric.failures import (
 from fabricjax.fabric.paths import clos_path_links
 from fabricjax.solver.incidence import clos_incidence
 from fabricjax.engine.batch import solve_failure_sets
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.scenario import parse_scenario
 from fabricjax.solver.maxmin import link_load, uniform_live_split
 from fabricjax.workload.build import build_workload
@@ -99,7 +99,7 @@ def _flows(seed: int, item: int):
 
 @functools.lru_cache(maxsize=None)
 def _fabric():
-    return build_fabric(FabricConfig(**FABRIC))
+    return build_fabric(ClosConfig(**FABRIC))
 
 
 def _alive(*components: Component) -> np.ndarray:
@@ -121,7 +121,7 @@ def test_one_dead_t0_t1_cable_costs_its_t0_one_uplink_share(cfg, uplinks):
     the same failure costs 1/32 (and 8x the absolute bandwidth, 800G instead of 100G). Counted
     on the GPUs behind that T0 across all planes (what they can send off the T0), the
     multi-plane build loses 1/(8 x 256) = 1/2048 and the single-plane one still 1/32."""
-    fabric_cfg = FabricConfig(**cfg)
+    fabric_cfg = ClosConfig(**cfg)
     summary = fabric_summary(fabric_cfg)
     assert cfg["radix"] * cfg["port_gbps"] == 51_200                    # the same switch chip
     assert summary["t0_up_ports"] == uplinks and summary["full_bisection"]

@@ -41,7 +41,7 @@ from fabricjax.engine.batch import solve_failure_sets
 from fabricjax.metrics import failure_summary, set_records
 from fabricjax.policies import get
 from fabricjax.study.resilience import reliability_whatif
-from fabricjax.config import FabricConfig, FailureKindConfig
+from fabricjax.config import ClosConfig, FailureKindConfig
 from fabricjax.scenario import parse_scenario
 from fabricjax.solver.maxmin import link_load, max_min_rates, slowest_rate, uniform_live_split
 from fabricjax.workload.build import build_workload
@@ -92,7 +92,7 @@ class Ref:
     names independently of `fabricjax.fabric.failures`."""
 
     def __init__(self, fabric_cfg: dict):
-        cfg = FabricConfig(**fabric_cfg)
+        cfg = ClosConfig(**fabric_cfg)
         self.fabric = build_fabric(cfg)
         self.geom = self.fabric.geometry
         self.graph = reference_fabric_graph(cfg)
@@ -240,7 +240,7 @@ NAMES_FABRIC = {"gpus": 64, "planes": 4, "radix": 16}
 
 @pytest.fixture(scope="module")
 def names_fabric():
-    return build_fabric(FabricConfig(**NAMES_FABRIC))
+    return build_fabric(ClosConfig(**NAMES_FABRIC))
 
 
 def test_cable_names_round_trip(names_fabric):
@@ -482,14 +482,14 @@ def test_sampling_is_deterministic_and_seeded():
 def test_one_cable_named_both_ways_is_one_component():
     batch = sample_failures(scenario({"links": ["plane0/t0-1/up2", "plane0/t1-1/down1#0"]}))
     assert batch.names == [["plane0/t0-1/up2"]]
-    g = clos_geometry(FabricConfig(**FABRIC))
+    g = clos_geometry(ClosConfig(**FABRIC))
     dead = batch.dead_links[0][batch.dead_links[0] != g.sentinel]
     assert sorted(dead.tolist()) == [int(g.t0_up(0, 1, 2)), int(g.t1_down(0, 1, 2))]
 
 
 def test_sets_hold_names_plus_exactly_random_draws():
     batch = sample_failures(scenario(SAMPLING))
-    g = clos_geometry(FabricConfig(**FABRIC))
+    g = clos_geometry(ClosConfig(**FABRIC))
     assert batch.size == 60
     drawn = collections.Counter()
     for b, names in enumerate(batch.names):
@@ -533,7 +533,7 @@ def test_random_never_repeats_an_explicit_component():
                                       "samples": 3}))
     for names in batch.names:
         assert len(names) == len(set(names)) == 128
-    g = clos_geometry(FabricConfig(**FABRIC))
+    g = clos_geometry(ClosConfig(**FABRIC))
     for row in batch.dead_links:
         assert sorted(row.tolist()) == list(range(g.tier_starts[1], g.tier_starts[3]))
 
@@ -613,8 +613,8 @@ def test_masks_match_host_twin_and_reference():
 
 
 def test_degraded_keeps_smallest_factor():
-    g = clos_geometry(FabricConfig(**FABRIC))
-    fabric = build_fabric(FabricConfig(**FABRIC))
+    g = clos_geometry(ClosConfig(**FABRIC))
+    fabric = build_fabric(ClosConfig(**FABRIC))
     link = int(g.t0_up(1, 2, 3))
     degraded = np.array([link, link, g.sentinel, g.sentinel], np.int32)
     factor = np.array([0.5, 0.25, 1.0, 1.0], np.float32)
@@ -732,8 +732,8 @@ def test_rehash_moves_only_dead_qps_to_live_spines():
 def test_rehash_is_uniform_over_live_spines():
     from scipy.stats import chisquare
 
-    g = clos_geometry(FabricConfig(**FABRIC))
-    fabric = build_fabric(FabricConfig(**FABRIC))
+    g = clos_geometry(ClosConfig(**FABRIC))
+    fabric = build_fabric(ClosConfig(**FABRIC))
     rng = np.random.default_rng(1)
     F = 1500
     src = rng.integers(0, g.gpus, F).astype(np.int32)
@@ -1110,7 +1110,7 @@ def test_draw_index_inverts_drawn_component():
     )
     from fabricjax.config import SwitchFailureConfig
 
-    g = build_fabric(FabricConfig(gpus=100, planes=3, radix=16)).geometry
+    g = build_fabric(ClosConfig(gpus=100, planes=3, radix=16)).geometry
     configs = [(kind, FailureKindConfig()) for kind in ("links", "degraded", "nic_ports",
                                                         "planes")]
     configs += [("switches", SwitchFailureConfig(tier=t)) for t in ("t0", "t1", "any")]

@@ -11,6 +11,7 @@ import pytest
 
 from fabricjax.study.analyze import analyze
 from fabricjax.core.errors import ScenarioError
+from fabricjax.core.registry import lookup
 from fabricjax.scenario import load_scenario, parse_scenario
 from test_cli import assert_one_line_error, fabricjax
 
@@ -77,3 +78,19 @@ def test_graph_file_must_stay_in_the_scenarios_folder(tmp_path):
         "workload: [{collective: permutation}]\npolicies: [spray]\n")
     proc = fabricjax("analyze", "g.yaml", cwd=tmp_path / "sub")
     assert_one_line_error(proc, "fabric.file", "outside")
+
+
+def test_a_graph_file_takes_any_ev_count_and_no_clos_field(tmp_path):
+    """A graph file declares no planes: spraying's EVs need not be a multiple of the Clos's
+    default 8 (they had to be), and a field only a built fabric has is refused by name."""
+    shutil.copytree(REPO / "scenarios" / "graphs", tmp_path / "graphs")
+    fabric = {"kind": "graph", "file": "graphs/leaf-spine-64.graphml", "gpus": 64}
+    data = {"fabric": fabric, "workload": [{"collective": "permutation"}],
+            "policies": ["spray"], "spray": {"evs": 4, "placement": "hashed"}}
+    scenario = parse_scenario(data, base_dir=tmp_path)
+    lookup("spray").check(scenario)
+    assert not hasattr(scenario.fabric, "planes")
+    for field, value in (("radix", 32), ("oversubscription", 3), ("rail_optimised", True)):
+        with pytest.raises(ScenarioError) as err:
+            parse_scenario({**data, "fabric": {**fabric, field: value}}, base_dir=tmp_path)
+        assert err.value.field == f"fabric.{field}" and "unknown field" in str(err.value)

@@ -19,7 +19,7 @@ from fabricjax.fabric.graph import build_graph_fabric, graph_bom, graph_summary
 from fabricjax.fabric.graphfile import load_graph
 from fabricjax.fabric.ksp import candidate_paths
 from fabricjax.fabric.paths import path_set
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from adapters import solve_uniform_phase
 
 from conftest import assert_close
@@ -308,7 +308,7 @@ def test_full_fat_tree_permutation_has_full_bisection():
 
 
 def test_two_tier_clos_graph_matches_clos_solver():
-    cfg = FabricConfig(gpus=14, planes=2, radix=8, port_gbps=100.0)
+    cfg = ClosConfig(gpus=14, planes=2, radix=8, port_gbps=100.0)
     fabric = build_fabric(cfg)
     geom = fabric.geometry
     graph = nx.Graph()

@@ -15,7 +15,7 @@ import pytest
 from fabricjax.engine.phase import solve_policy_phase
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.clos import build_fabric, fabric_summary
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.scenario import load_scenario, parse_scenario
 from fabricjax.workload.build import build_workload
 
@@ -57,7 +57,7 @@ def test_out_of_range_values_are_refused(tmp_path, text, field, words):
 
 @pytest.mark.parametrize("gpus,expected_tbps", [(40, 2.0), (33, 1.6), (96, 4.8), (64, 3.2)])
 def test_bisection_cuts_the_gpus_in_half(gpus, expected_tbps):
-    s = fabric_summary(FabricConfig(gpus=gpus, planes=1, radix=64))
+    s = fabric_summary(ClosConfig(gpus=gpus, planes=1, radix=64))
     assert s["bisection_gbps"] == pytest.approx(expected_tbps * 1000) and s["full_bisection"]
 
 

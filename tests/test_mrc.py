@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from fabricjax.engine.phase import offered_demand, solve_policy_phase
 from fabricjax.solver.maxmin import TOP_LINKS
 from fabricjax.study.analyze import analyze
+from fabricjax.fabric.build import build
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import clos_path_links, hashed_slots, spread_slots
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.scenario import parse_scenario
 from fabricjax.core.status import Status
 from fabricjax.policies.mrc import LOCAL_SLACK
@@ -49,7 +50,7 @@ class ReferenceClos:
     from its directed edges to the library's link ids (through the documented node numbering,
     checked in test_fabric_paths) and each link's tier read off the graph."""
 
-    def __init__(self, cfg: FabricConfig):
+    def __init__(self, cfg: ClosConfig):
         self.cfg = cfg
         self.fabric = build_fabric(cfg)
         self.geom = self.fabric.geometry
@@ -173,12 +174,12 @@ def reference_measure(ref: ReferenceClos, src, dst, plane, spine, demand, capaci
 
 # TINY: 2 planes, 4 T0s x 4 spines, last T0 short. SKEWED: 3 planes, 2:1 oversubscribed
 # (8 down, 4 up), 3 T0s with the last one short.
-TINY = FabricConfig(gpus=14, planes=2, radix=8)
-SKEWED = FabricConfig(gpus=21, planes=3, radix=12, oversubscription=2)
+TINY = ClosConfig(gpus=14, planes=2, radix=8)
+SKEWED = ClosConfig(gpus=21, planes=3, radix=12, oversubscription=2)
 _REFS: dict = {}
 
 
-def reference_clos(cfg: FabricConfig) -> ReferenceClos:
+def reference_clos(cfg: ClosConfig) -> ReferenceClos:
     key = tuple(sorted(cfg.model_dump().items()))
     if key not in _REFS:
         _REFS[key] = ReferenceClos(cfg)
@@ -620,7 +621,7 @@ def test_eager_matches_jit():
 def dead_uplink_case(seed: int):
     """The adaptation scenario with the T0->T1 link that the most EVs use killed."""
     scenario, fabric, flows = adapt_phase(seed)
-    ref = reference_clos(FabricConfig(**ADAPT_FABRIC))
+    ref = reference_clos(ClosConfig(**ADAPT_FABRIC))
     (plane, spine), _, _ = mrc_phase_args(scenario, fabric, flows, key_seed=seed,
                                           draw_seed=seed)
     paths = ref.ev_links(flows.src, flows.dst, plane, spine)
@@ -692,12 +693,13 @@ def test_one_ev_a_plane_still_adapts(fabric):
     """With one EV a plane, a flow's mean over its own EVs of the plane is the EV's own
     utilisation: marked against it, no EV ever moved and mrc was spraying. Marked against its
     switch's alternatives, the hot EVs move and the busiest link comes down."""
-    planes = fabric["planes"]
+    # one EV a plane (on the fat tree hashed onto its equal-cost paths: routed, spraying
+    # takes every candidate path once)
+    evs = {"evs": fabric["planes"], "placement": "hashed"}
     scenario = parse_scenario({
         "fabric": fabric, "workload": [{"collective": "permutation", "size": "4MiB"}],
-        "policies": ["spray", "mrc"], "spray": {"evs": planes}, "mrc": {"evs": planes},
-        "seed": 3})
-    fab = build_fabric(scenario.fabric)
+        "policies": ["spray", "mrc"], "spray": evs, "mrc": evs, "seed": 3})
+    fab = build(scenario)
     flows = build_workload(scenario, np.random.default_rng([3, 0]))[0].phases[0].flows
     spray = solve_policy_phase("spray", scenario, fab, flows, (0, 0))
     mrc = solve_policy_phase("mrc", scenario, fab, flows, (0, 0))

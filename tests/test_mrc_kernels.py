@@ -12,19 +12,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import fabric_hops_alive, hashed_evs, spread_slots
 from fabricjax.policies import mrc as mrc_module
 from fabricjax.policies.mrc import RETARGET_DRAWS, mrc_fixed_point
 from fabricjax.solver.incidence import ClosRoutes, RoutesMixin, link_groups
 
-CONFIGS = (FabricConfig(gpus=14, planes=2, radix=8),
-           FabricConfig(gpus=21, planes=3, radix=12, oversubscription=2),
-           FabricConfig(gpus=600, planes=1, radix=600))    # 300 spines: int16 choices
+CONFIGS = (ClosConfig(gpus=14, planes=2, radix=8),
+           ClosConfig(gpus=21, planes=3, radix=12, oversubscription=2),
+           ClosConfig(gpus=600, planes=1, radix=600))    # 300 spines: int16 choices
 
 
-def case(cfg: FabricConfig, seed: int, *, slots: int | None = None, dead: int = 3):
+def case(cfg: ClosConfig, seed: int, *, slots: int | None = None, dead: int = 3):
     fabric = build_fabric(cfg)
     g = fabric.geometry
     rng = np.random.default_rng(seed)

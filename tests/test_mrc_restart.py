@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.engine.batch import chunk_inputs, failure_mask
 from fabricjax.engine.phase import phase_core, solve_policy_phase
 from fabricjax.engine.plan import slowest_only
+from fabricjax.fabric.build import build
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.failures import sample_failures
 from fabricjax.policies import get
@@ -59,7 +60,7 @@ SETS = 12
 def world(case: int, seed: int, patience: int):
     fabric_cfg, evs = FABRICS[case]
     scen = scenario(fabric_cfg, evs, seed, SETS, patience)
-    fabric = build_fabric(scen.fabric)
+    fabric = build(scen)      # the fat tree as its stored paths, the rest as Clos
     flows = build_workload(scen, np.random.default_rng([scen.seed, 0]))[0].phases[0].flows
     base = solve_policy_phase("mrc", scen, fabric, flows, (0, 0))
     return scen, fabric, base, sample_failures(scen)
@@ -156,7 +157,7 @@ def test_choice_alive_lookup_is_the_gather(case):
     with and without trailing axes, on random masks (W = 1 to 3 words of spines); and
     `slot_alive` as the gather of a path's four hops."""
     rng = np.random.default_rng(case)
-    fabric = build_fabric(FabricConfig(**FABRICS[case][0]))
+    fabric = build_fabric(ClosConfig(**FABRICS[case][0]))
     g = fabric.geometry
     flows, slots = 50, 4 * g.planes
     src = rng.integers(0, g.gpus, flows).astype(np.int32)
@@ -185,7 +186,7 @@ def test_host_ok_per_slot(slots):
     """`host_ok`: slot k reads plane k % P's NIC ports, whether P divides K (a broadcast) or
     not (the take), against a loop."""
     rng = np.random.default_rng(slots)
-    fabric = build_fabric(FabricConfig(gpus=64, planes=4, radix=16))
+    fabric = build_fabric(ClosConfig(gpus=64, planes=4, radix=16))
     g = fabric.geometry
     src, dst = rng.integers(0, 64, 20), rng.integers(0, 64, 20)
     routes = ClosRoutes(g, jnp.asarray(src, jnp.int32), jnp.asarray(dst, jnp.int32))

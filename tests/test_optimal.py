@@ -23,7 +23,7 @@ from fabricjax.policies.optimal import (
     commodities, expand_weights, full_slot_grid, optimal_split, solve_commodities,
 )
 from fabricjax.fabric.paths import clos_path_links
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.core.status import Status
 from fabricjax.solver.maxmin import link_load
 from fabricjax.workload.collectives import permutation
@@ -35,10 +35,10 @@ _link_load = jax.jit(link_load, static_argnums=3)
 
 # (fabric, flows per case): planes 1-2, radix 4-8, full and 3:1 oversubscribed, a short T0
 BUCKETS = {
-    "p1-r4": (FabricConfig(gpus=7, planes=1, radix=4), 10),
-    "p2-r6": (FabricConfig(gpus=9, planes=2, radix=6), 12),
-    "p2-r8": (FabricConfig(gpus=15, planes=2, radix=8), 16),
-    "p1-r8-os3": (FabricConfig(gpus=12, planes=1, radix=8, oversubscription=3), 12),
+    "p1-r4": (ClosConfig(gpus=7, planes=1, radix=4), 10),
+    "p2-r6": (ClosConfig(gpus=9, planes=2, radix=6), 12),
+    "p2-r8": (ClosConfig(gpus=15, planes=2, radix=8), 16),
+    "p1-r8-os3": (ClosConfig(gpus=12, planes=1, radix=8, oversubscription=3), 12),
 }
 _FABRICS: dict = {}
 
@@ -191,7 +191,7 @@ def test_all_alive_uniform_spreading_is_optimal(name, seed):
 
 def test_permutation_at_line_rate_is_bound_by_the_nics():
     """A full-bisection fabric carries any permutation at line rate: P100 = 1, on the NICs."""
-    cfg = FabricConfig(gpus=64, planes=4, radix=16)
+    cfg = ClosConfig(gpus=64, planes=4, radix=16)
     fabric = build_fabric(cfg)
     g = fabric.geometry
     flows = permutation(np.arange(g.gpus), 2.0**20, shift=None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricjax.config import FabricConfig, SwitchFailureConfig
+from fabricjax.config import ClosConfig, SwitchFailureConfig
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.clos import build_fabric, clos_geometry, fabric_summary
 from fabricjax.fabric.failures import (drawn_component, parse_component, population,
@@ -15,7 +15,7 @@ from fabricjax.fabric.failures import (drawn_component, parse_component, populat
 from fabricjax.scenario import parse_scenario
 from fabricjax.study.analyze import analyze
 
-QUICKSTART = FabricConfig(gpus=1024, planes=8, port_gbps=100.0, radix=64)
+QUICKSTART = ClosConfig(gpus=1024, planes=8, port_gbps=100.0, radix=64)
 
 
 def test_a_t1_is_the_physical_switch_topo_counts():

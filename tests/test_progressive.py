@@ -13,7 +13,7 @@ from fabricjax.fabric.paths import hashed_slots, path_set, spread_slots
 from fabricjax.core.status import Status, status_names
 from fabricjax.metrics import weighted_quantiles
 from fabricjax.solver.progressive import progressive_completion
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.solver.maxmin import (
     GBIT_PER_BYTE, max_min_rates, uniform_live_split,
 )
@@ -321,7 +321,7 @@ def clos_flows(geom, rng, flows=12):
 
 @pytest.mark.parametrize("slots", ["spread", "hashed"])
 def test_clos_wrappers_match_reference(slots):
-    fabric = build_fabric(FabricConfig(gpus=16, planes=2, radix=8))
+    fabric = build_fabric(ClosConfig(gpus=16, planes=2, radix=8))
     geom = fabric.geometry
     rng = np.random.default_rng(21 if slots == "spread" else 22)
     src, dst, sizes, starts = clos_flows(geom, rng)

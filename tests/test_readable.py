@@ -227,7 +227,7 @@ def test_sweep_headers_fit_the_screen():
 
 @pytest.mark.parametrize("args, yaml, fragments, absent", [
     (["-p", "mcr"], "", ["--policy", "'mcr'", "spray"], "policies[0]"),
-    ([], "fabric: [gpus, 64]\n", ["fabric", "mapping"], "FabricConfig"),
+    ([], "fabric: [gpus, 64]\n", ["fabric", "mapping"], "Config"),
 ])
 def test_errors_speak_the_users_words(tmp_path, args, yaml, fragments, absent):
     text = yaml or "fabric: {gpus: 64, planes: 2, radix: 16}\n"

@@ -25,7 +25,7 @@ from fabricjax.solver.maxmin import TOP_LINKS
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.policies.optimal import full_slot_grid, optimal_split
 from fabricjax.fabric.paths import path_set, spread_slots
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.scenario import parse_scenario
 from fabricjax.policies import get
 from fabricjax.solver.gradients import p100, phase_split, phase_time, sensitivity, tied_max
@@ -38,8 +38,8 @@ from fabricjax.workload.flows import Flows
 
 from adapters import clos_phase_split, solve_clos_uniform_phase, solve_clos_weighted_phase
 
-BUCKETS = {"g16": FabricConfig(gpus=16, planes=2, radix=8),
-           "g32": FabricConfig(gpus=32, planes=2, radix=8)}
+BUCKETS = {"g16": ClosConfig(gpus=16, planes=2, radix=8),
+           "g32": ClosConfig(gpus=32, planes=2, radix=8)}
 EVS = 8                 # spray slots per flow: 4 per plane, one per spine
 SIZE = 2.0**20          # bytes per flow
 STEP = 1e-3             # relative finite-difference step

@@ -16,7 +16,7 @@ from fabricjax.core.status import Status
 from fabricjax.engine.phase import offered_demand, run_phase, solve_slots
 from fabricjax.fabric.clos import build_fabric
 from fabricjax.fabric.paths import hashed_slots, path_set, spread_slots
-from fabricjax.config import FabricConfig
+from fabricjax.config import ClosConfig
 from fabricjax.engine.timing import wire_factor
 from fabricjax.solver.maxmin import link_load, max_min_rates, uniform_live_split
 from fabricjax.workload.collectives import permutation
@@ -272,7 +272,7 @@ def test_resending_single_path_flows_keep_their_fixed_rates():
 def _medium_clos_case(seed):
     """48 GPUs, 2 planes, radix 16 at 3:1 (12 down, 4 up), 96 flows, 10 dead links; a third
     of the flows pinned to one slot (ECMP-like), the rest spread or hashed over 16 slots."""
-    fabric = build_fabric(FabricConfig(gpus=48, planes=2, radix=16, oversubscription=3))
+    fabric = build_fabric(ClosConfig(gpus=48, planes=2, radix=16, oversubscription=3))
     geom = fabric.geometry
     rng = np.random.default_rng(seed)
     num_flows = 96
@@ -458,7 +458,7 @@ def test_ecmp_p100_matches_balls_in_bins(half):
     back (shift n), one QP each at the full port rate, so each direction throws n balls into n
     spine bins; a T0 uplink and its T1 downlink carry one ball count, host links exactly 1."""
     n = half
-    cfg = FabricConfig(gpus=2 * n, planes=1, radix=2 * n)
+    cfg = ClosConfig(gpus=2 * n, planes=1, radix=2 * n)
     fabric = build_fabric(cfg)
     geom = fabric.geometry
     assert (geom.t0s, geom.spines, geom.gpus_per_t0) == (2, n, n)
@@ -496,7 +496,7 @@ def test_ecmp_p100_matches_balls_in_bins(half):
     dict(gpus=24, planes=1, radix=12), dict(gpus=9, planes=4, radix=6),
 ], ids=str)
 def test_spray_over_all_paths_of_full_bisection_permutation(cfg):
-    cfg = FabricConfig(**cfg)
+    cfg = ClosConfig(**cfg)
     fabric = build_fabric(cfg)
     geom = fabric.geometry
     rng = np.random.default_rng(4)
@@ -520,7 +520,7 @@ def test_spray_over_all_paths_of_full_bisection_permutation(cfg):
 
 def test_oversubscribed_spray_exceeds_one():
     """Control for the test above: at 3:1 the uplinks of a T0 carry 3x their capacity."""
-    cfg = FabricConfig(gpus=12, planes=1, radix=8, oversubscription=3)   # 6 down, 2 up
+    cfg = ClosConfig(gpus=12, planes=1, radix=8, oversubscription=3)   # 6 down, 2 up
     fabric = build_fabric(cfg)
     geom = fabric.geometry
     flows = permutation(np.arange(12), 2**20, shift=6, rng=None).phases[0].flows
@@ -622,7 +622,7 @@ def test_computed_link_ids_match_stored_ids(tiny_fabric, seed):
 # --------------------------------------------------------------------------- 9. dead paths
 
 def test_flow_without_live_path_is_stalled_and_nothing_is_nan():
-    cfg = FabricConfig(gpus=4, planes=1, radix=4)          # 2 T0s x 2 GPUs, 2 spines
+    cfg = ClosConfig(gpus=4, planes=1, radix=4)          # 2 T0s x 2 GPUs, 2 spines
     fabric = build_fabric(cfg)
     geom = fabric.geometry
     flows = Flows(src=np.array([0, 1, 2, 3], np.int32), dst=np.array([2, 3, 0, 2], np.int32),

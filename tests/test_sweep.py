@@ -145,7 +145,7 @@ def test_parse_errors_name_set(base, options, fragment):
 
 
 PATH_ERRORS = [
-    ("fabric.plane=1,2", "--set fabric.plane", "allowed: kind, gpus, planes"),
+    ("fabric.plane=1,2", "--set fabric.plane", "allowed: kind, gpus, port_gbps"),
     ("failures.linkz=1", "--set failures.linkz", "allowed: samples, seed, links"),
     ("workload[0].shiftt=1", "--set workload[0].shiftt", "allowed: name, gpus"),
     ("bogus=1", "--set bogus", "allowed: name, seed, fabric"),

@@ -56,7 +56,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from fabricjax.config import FabricConfig, FabricKind
+from fabricjax.config import ClosConfig, FabricKind
 from fabricjax.core.errors import ScenarioError
 from fabricjax.fabric.build import build_graph
 from fabricjax.fabric.clos import clos_geometry
@@ -235,7 +235,7 @@ def _ratio_name(down: int, up: int) -> str:
     return "" if down == up else f", {ratio_text(down, up)} at T0"
 
 
-def bom(fabric_cfg: FabricConfig, *, tiers: int | None = None,
+def bom(fabric_cfg: ClosConfig, *, tiers: int | None = None,
         overrides: Mapping[str, Any] | BomAssumptions | None = None) -> dict:
     """Bill of materials of `fabric_cfg`: the two-tier multi-plane Clos that `build_fabric`
     builds (tiers None or 2), or an L-tier fat tree of the same GPUs, planes, radix, port
@@ -392,7 +392,7 @@ def smallest_fabric(gpus: int, radix: int, port_gbps: float, planes: int = 1, *,
     tiers = tiers_needed(gpus, radix, oversubscription)
     if tiers == 2:
         down, up = t0_ports(radix, oversubscription)
-        cfg = FabricConfig(gpus=gpus, planes=planes, port_gbps=float(port_gbps), radix=radix,
+        cfg = ClosConfig(gpus=gpus, planes=planes, port_gbps=float(port_gbps), radix=radix,
                            oversubscription=down / up)
         return 2, bom(cfg, overrides=overrides)
     return tiers, fat_tree_bom(gpus, radix, port_gbps, tiers=tiers, planes=planes,
@@ -403,9 +403,9 @@ RATIO_KEYS = ("switches", "modules", "transceivers", "links", "watts_switches",
               "watts_optics", "watts")
 
 
-def bom_comparison(cfg_a: FabricConfig | dict, cfg_b: FabricConfig | dict, *,
+def bom_comparison(cfg_a: ClosConfig | dict, cfg_b: ClosConfig | dict, *,
                    overrides: Mapping[str, Any] | BomAssumptions | None = None) -> dict:
-    """Design a against design b: each a `FabricConfig` (costed by `bom`) or a BOM dict.
+    """Design a against design b: each a `ClosConfig` (costed by `bom`) or a BOM dict.
 
     `ratio`: a's total / b's total; `ratio_per_gpu`: the same per GPU of each design (equal to
     `ratio` when both serve the same GPUs; the fair figure when b cannot reach a's size).
@@ -433,7 +433,7 @@ def mrc_claim_comparison(gpus: int = 131_072, *, planes: int = 8, asic_gbps: flo
     exactly 3/5 and 2/3 with optical host links); one single-plane fabric for all `gpus` needs
     4 tiers ('single_fabric', 3/7 and 1/2)."""
     port = nic_gbps / planes
-    multi = bom(FabricConfig(gpus=gpus, planes=planes, port_gbps=port,
+    multi = bom(ClosConfig(gpus=gpus, planes=planes, port_gbps=port,
                              radix=int(asic_gbps // port)), overrides=overrides)
     k = int(asic_gbps // nic_gbps)
     three = fat_tree_bom(min(gpus, fat_tree_reach(k, 3)), k, nic_gbps, tiers=3,
@@ -453,7 +453,7 @@ class Baselines(NamedTuple):
     note: str | None
 
 
-def baseline_designs(cfg: FabricConfig, overrides: Mapping[str, Any] | None = None
+def baseline_designs(cfg: ClosConfig, overrides: Mapping[str, Any] | None = None
                      ) -> Baselines:
     """The baseline a designer would build instead of a multi-plane fabric: the same NIC
     bandwidth (planes x port_gbps) on ONE plane, from the same switch ASIC with its ports

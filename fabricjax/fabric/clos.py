@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricjax.config import FabricConfig, FabricKind, t0_count, two_tier_ports
+from fabricjax.config import ClosConfig, FabricKind, t0_count, two_tier_ports
 from fabricjax.fabric.spec import bundled_switches, check_fabric
 
 TIER_NAMES = ("gpu-t0", "t0-t1", "t1-t0", "t0-gpu")
@@ -252,7 +252,7 @@ class Fabric:
                 (f"#{cable}" if g.spine_bundle > 1 else ""))
 
 
-def clos_geometry(cfg: FabricConfig) -> ClosGeometry:
+def clos_geometry(cfg: ClosConfig) -> ClosGeometry:
     check_fabric(cfg)
     down, up = two_tier_ports(cfg)
     rail = cfg.gpus_per_server if cfg.rail_optimised else 1
@@ -268,7 +268,7 @@ def clos_geometry(cfg: FabricConfig) -> ClosGeometry:
     )
 
 
-def build_fabric(cfg: FabricConfig) -> Fabric:
+def build_fabric(cfg: ClosConfig) -> Fabric:
     """Every link of a two-tier multi-plane Clos, vectorised (no loops over links)."""
     g = clos_geometry(cfg)
     N, P, T, S = g.gpus, g.planes, g.t0s, g.spines
@@ -294,7 +294,7 @@ def build_fabric(cfg: FabricConfig) -> Fabric:
     )
 
 
-def fabric_summary(cfg: FabricConfig) -> dict:
+def fabric_summary(cfg: ClosConfig) -> dict:
     """What `fabricjax topo` prints: counts and bandwidths from the geometry alone."""
     g = clos_geometry(cfg)
     host_links, fabric_links, _, _ = g.tier_sizes

@@ -9,7 +9,8 @@ any array or graph exists: an oversized fabric is refused in microseconds with w
 
 from __future__ import annotations
 
-from fabricjax.config import MAX_LINK_ID, MAX_PATHS, FabricConfig, FabricKind, t0_count, two_tier_ports
+from fabricjax.config import (MAX_LINK_ID, MAX_PATHS, FabricConfig, FabricKind, FatTreeConfig,
+                              t0_count, two_tier_ports)
 from fabricjax.core.errors import ScenarioError
 
 # the largest graph (fat tree or file) built as a networkx graph: edges, one per switch pair
@@ -103,24 +104,12 @@ def check_fat_tree_size(gpus: int, radix: int, tiers: int = 3, planes: int = 1,
                         "sized by arithmetic, without a graph)")
 
 
-def check_other_fabric(fabric: FabricConfig) -> None:
-    """What a fat-tree or graph fabric needs (the graph file itself is checked when read)."""
-    if fabric.kind == FabricKind.GRAPH:
-        if fabric.file is None:
-            raise ScenarioError("fabric.file", "kind graph needs a file: GraphML or an edge "
-                                "list, relative to the scenario")
-        return
-    if fabric.file is not None:
-        raise ScenarioError("fabric.file", f"only kind graph reads a file (kind is "
-                            f"{fabric.kind!r})")
-    if fabric.tiers != 3:
-        raise ScenarioError("fabric.tiers", "kind fat-tree is the three-tier fat tree; allowed: "
-                            "3 (two tiers: kind multiplane-clos with planes: 1)")
+def check_fat_tree(fabric: FatTreeConfig) -> None:
+    """What a fat tree needs: an even radix, paths split equally over its planes, GPUs its
+    tiers reach and a graph of bounded size."""
     k = fabric.radix
     if k % 2 or k < 4:
         raise ScenarioError("fabric.radix", f"a fat tree needs an even radix >= 4 (got {k})")
-    if fabric.oversubscription != 1.0:
-        raise ScenarioError("fabric.oversubscription", "fat trees are built 1:1; allowed: 1")
     if fabric.paths is not None and fabric.paths % fabric.planes:
         raise ScenarioError("fabric.paths", f"{fabric.paths} paths cannot be split equally "
                             f"over {fabric.planes} planes; allowed: multiples of fabric.planes")
@@ -132,13 +121,12 @@ def check_other_fabric(fabric: FabricConfig) -> None:
 
 
 def check_fabric(fabric: FabricConfig) -> None:
-    """Raise a ScenarioError for a fabric that cannot be built."""
-    if fabric.kind != FabricKind.CLOS:
-        return check_other_fabric(fabric)
-    if fabric.tiers != 2 or fabric.file is not None:
-        raise ScenarioError("fabric.tiers" if fabric.tiers != 2 else "fabric.file",
-                            "the multi-plane Clos has tiers: 2 and no file; allowed: kind "
-                            "fat-tree for tiers: 3, kind graph for a file")
+    """Raise a ScenarioError for a fabric that cannot be built (a graph file is checked when
+    it is read)."""
+    if fabric.kind == FabricKind.FAT_TREE:
+        return check_fat_tree(fabric)
+    if fabric.kind == FabricKind.GRAPH:
+        return None
     if fabric.radix % 2:
         raise ScenarioError("fabric.radix", f"must be even (got {fabric.radix})")
     up_exact = fabric.radix / (1.0 + fabric.oversubscription)

@@ -314,7 +314,10 @@ class Spraying(Policy):
     ones. A subclass's `settings_model` has `evs` and `placement` fields."""
 
     def check(self, scenario: Scenario) -> None:
-        """EVs are assigned equally per plane, so their count must divide evenly."""
+        """EVs are assigned equally per plane, so their count must divide evenly (a graph
+        file declares no planes: any count)."""
+        if not FabricKind(scenario.fabric.kind).planes_by_construction:
+            return
         planes = scenario.fabric.planes
         evs = self.section(scenario).evs
         if evs % planes:

@@ -48,7 +48,7 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
-from fabricjax.config import CatalogConfig, DesignConfig, FabricKind, Scenario
+from fabricjax.config import FABRIC_KINDS, CatalogConfig, DesignConfig, FabricKind, Scenario
 from fabricjax.core.errors import ScenarioError
 from fabricjax.core.registry import known_names, lookup, sections
 from fabricjax.core.stream import header, read_stream
@@ -137,13 +137,24 @@ def _design_policies(base: Scenario, spec: DesignConfig) -> list[str]:
     return policies
 
 
-def _scenario_for(base: Scenario, dump: dict, cand: Candidate, catalog: CatalogConfig,
-                  policies: list[str], counts: dict) -> Scenario:
+def _scenario_for(base: Scenario, dump: dict, cand: Candidate, spec: DesignConfig,
+                  catalog: CatalogConfig, policies: list[str], counts: dict) -> Scenario:
+    """The scenario of one design: the base's shared fabric fields (those its kind takes:
+    a fat tree has no rails), the candidate's own, and a fat tree's `design.paths`."""
+    if cand.oversubscription != 1 and cand.tiers == 3:
+        raise ScenarioError("fabric.oversubscription", "fat trees are built 1:1 here; allowed: "
+                            "1 (oversubscribe a two-tier design instead)")
     data = copy.deepcopy(dump)
-    fabric = data["fabric"]
-    fabric.update(kind=(FabricKind.CLOS if cand.tiers == 2 else FabricKind.FAT_TREE).value,
-                  tiers=cand.tiers, planes=cand.planes, port_gbps=cand.port_gbps,
-                  radix=cand.radix, oversubscription=cand.oversubscription)
+    kind = (FabricKind.CLOS if cand.tiers == 2 else FabricKind.FAT_TREE).value
+    takes = FABRIC_KINDS[kind].model_fields
+    fabric = {name: value for name, value in data["fabric"].items() if name in takes}
+    fabric.update(kind=kind, tiers=cand.tiers, planes=cand.planes, port_gbps=cand.port_gbps,
+                  radix=cand.radix)
+    if kind == FabricKind.CLOS.value:
+        fabric["oversubscription"] = cand.oversubscription
+    elif spec.paths is not None:
+        fabric["paths"] = spec.paths
+    data["fabric"] = fabric
     part = catalog.switches[cand.switch]
     data["bom"] = {**data.get("bom", {}), "switch_watts": part.watts,
                    "optic_watts": {**data.get("bom", {}).get("optic_watts", {}),
@@ -153,9 +164,6 @@ def _scenario_for(base: Scenario, dump: dict, cand: Candidate, catalog: CatalogC
         for section, model in sections().items():
             if "evs" in model.model_fields and isinstance(data.get(section), dict):
                 data[section] = {**data[section], "evs": cand.evs}
-    if cand.oversubscription != 1 and cand.tiers == 3:
-        raise ScenarioError("fabric.oversubscription", "fat trees are built 1:1 here; allowed: "
-                            "1 (oversubscribe a two-tier design instead)")
     scenario = parse_scenario(data, default_name=base.name, base_dir=base.base_dir)
     return scenario.located(base.base_dir, counts)
 
@@ -224,8 +232,8 @@ def enumerate_designs(base: Scenario, spec: DesignConfig, catalog: CatalogConfig
                                    "adds switches, optics and hops")
                         else:
                             try:
-                                scenario = _scenario_for(base, dump, cand, catalog, policies,
-                                                         counts)
+                                scenario = _scenario_for(base, dump, cand, spec, catalog,
+                                                         policies, counts)
                                 cost = price(scenario_bom(scenario), cand, catalog,
                                              scenario.fabric.gpus)
                             except ScenarioError as err:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricjax.config import FabricConfig, TrafficConfig, two_tier_ports
+from fabricjax.config import FabricConfig, FabricKind, TrafficConfig, two_tier_ports
 from fabricjax.core.errors import ScenarioError
 from fabricjax.workload.flows import (GBIT_PER_BYTE, MAX_PHASE_FLOWS, Collective, Flows,
                                       Phase)
@@ -51,8 +51,13 @@ class Servers:
 
     @classmethod
     def of(cls, fabric: FabricConfig) -> "Servers":
-        return cls(two_tier_ports(fabric)[0], fabric.gpus_per_server, fabric.scaleup_gbps,
-                   fabric.gpus_per_server if fabric.rail_optimised else 1)
+        """A Clos's T0s as built; a fat tree's edge switches (radix / 2 GPUs each); a graph
+        file's leaves are not known here, so every pair of GPUs counts as crossing one."""
+        if fabric.kind == FabricKind.CLOS:
+            return cls(two_tier_ports(fabric)[0], fabric.gpus_per_server, fabric.scaleup_gbps,
+                       fabric.gpus_per_server if fabric.rail_optimised else 1)
+        leaf = fabric.radix // 2 if fabric.kind == FabricKind.FAT_TREE else 1
+        return cls(leaf, fabric.gpus_per_server, fabric.scaleup_gbps)
 
     def t0_of(self, gpu: np.ndarray) -> np.ndarray:
         """As fabric.ClosGeometry.t0_of (int64 GPU ids)."""
