@@ -5,7 +5,7 @@ the FCT quantiles (P50, P99, max) and the completion.
 
     python bench/bench_skip.py                               # the quickstart's permutation
     python bench/bench_skip.py --policy mrc --size 64MiB
-    python bench/bench_skip.py --scenario scenarios/x.yaml --item 1 --tolerance 0.1
+    python bench/bench_skip.py --scenario scenarios/x.yaml --item 1 --tolerance 0.1 --rtts 32
 
 Writes nothing; `make bench-dynamic` tees it to bench/skip_last_run.log.
 """
@@ -44,6 +44,7 @@ def main() -> int:
     parser.add_argument("--policy", action="append",
                         help="policies (default: spray, mrc)")
     parser.add_argument("--tolerance", type=float, help="dynamic.steady_tolerance")
+    parser.add_argument("--rtts", type=float, help="dynamic.steady_rtts")
     args = parser.parse_args()
     doc = yaml.safe_load(Path(args.scenario).read_text())
     item = dict(doc["workload"][args.item], **({"size": args.size} if args.size else {}))
@@ -58,6 +59,8 @@ def main() -> int:
             dynamic = dict(doc.get("dynamic", {}), skip_steady=skip)
             if skip and args.tolerance is not None:
                 dynamic["steady_tolerance"] = args.tolerance
+            if skip and args.rtts is not None:
+                dynamic["steady_rtts"] = args.rtts
             sc = parse_scenario(dict(doc, dynamic=dynamic))
             fabric = build(sc)
             collective = build_workload(sc, np.random.default_rng([sc.seed, 0]))[0]
