@@ -198,6 +198,19 @@ CASES = {
     "mp8_ls1024_perm2MB_ev8": ("mp8_ls1024", 1024, 32, 0.10),
     "mp8_ls1024_perm4MB_ev32": ("mp8_ls1024", 1024, 32, 0.10),
     "mp8_ls1024_deg0_perm4MB_ev32": ("mp8_ls1024_deg0", 1024, 32, 0.15),
+    # the frozen validation set (summary.py, VALIDATION): scored, never tuned on
+    "ft128_1os_perm1MB": ("ft128_1os", 128, 16, 0.10),
+    "ft128_4os_perm512KB": ("ft128_4os", 128, 16, 0.10),
+    "ft128_8os_perm4MB": ("ft128_8os", 128, 16, 0.10),
+    "ft128_1os_ring512KB": ("ft128_1os", 128, 16, 0.10),
+    "ft128_1os_incast16": ("ft128_1os", 128, 16, 0.15),
+    "ft128_1os_a2a32_256KB": ("ft128_1os", 128, 16, 0.10),
+    "ls1024os_perm2MB": ("ls1024os", 1024, 8, 0.10),
+    "ls1024os_failed4_perm512KB": ("ls1024os_failed4", 1024, 8, 0.15),
+    "ls1024_failed8_perm2MB": ("ls1024_failed8", 1024, 32, 0.15),
+    "ls1024_ring2MB": ("ls1024", 1024, 32, 0.10),
+    "mp4_ls1024_perm512KB": ("mp4_ls1024", 1024, 32, 0.10),
+    "mp8_ls1024_deg0_perm2MB_ev8": ("mp8_ls1024_deg0", 1024, 32, 0.15),
 }
 
 # fabricjax policy <- htsim runs compared with it

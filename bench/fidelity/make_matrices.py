@@ -42,6 +42,14 @@ collective steps:
   flows are 64, 128, 256 or 512 KiB at random;
 - one step of a ring all-reduce of 256 MiB over the 128 hosts of the 1:1 fat tree taken in a
   random order (a job scattered over the cluster): a single-cycle permutation of 2 MiB flows.
+
+The frozen validation set, never tuned on (each from a random stream of its own): permutations
+of 1 MiB on the 1:1 fat tree, 512 KiB on the 4:1 one and 4 MiB on the 8:1 one; a scattered ring
+step of 512 KiB; an incast of 16 senders of 2 MiB; an all-to-all of 256 KiB among 32 random
+hosts in shifted order; on the 1,024-host leaf-spines a 2 MiB permutation (oversubscribed), a
+512 KiB one with `-failed 4` (oversubscribed), a 2 MiB one with `-failed 8`, a scattered ring
+step of 2 MiB, a 512 KiB permutation over 4 planes, and the 2 MiB, 8-EV 8-plane case with plane
+0 degraded.
 """
 
 from __future__ import annotations
@@ -91,6 +99,14 @@ def all_to_all(n: int, size: int, rng) -> list[tuple[int, int, int]]:
     return [(s, d, size) for s in range(n) for d in range(n) if s != d]
 
 
+def subset_all_to_all(n: int, members: int, size: int, rng) -> list[tuple[int, int, int]]:
+    """An all-to-all among `members` hosts drawn at random from the n (a job scattered over
+    the cluster), each host's peers in shifted order (the next member on)."""
+    hosts = [int(h) for h in rng.choice(n, members, replace=False)]
+    return [(hosts[i], hosts[(i + k) % members], size)
+            for i in range(members) for k in range(1, members)]
+
+
 def shifted_all_to_all(n: int, size: int, rng=None) -> list[tuple[int, int, int]]:
     """Every ordered pair, each host's peers listed from the next host on: (s, s + k mod n)
     for k = 1 .. n - 1."""
@@ -138,6 +154,25 @@ CASES = {
                                 22),
     "mp8_ls1024_deg0_perm4MB_ev32": (1024, lambda rng: permutation(1024, 4 * MIB, rng),
                                      SEEDS[:2], 22),
+    # the frozen validation set (bench/fidelity/summary.py, VALIDATION): new sizes, orders and
+    # fabrics of every family, drawn from streams no calibration case uses, scored once and
+    # never tuned on
+    "ft128_1os_perm1MB": (128, lambda rng: permutation(128, MIB, rng), SEEDS, 23),
+    "ft128_4os_perm512KB": (128, lambda rng: permutation(128, 512 * KIB, rng), SEEDS, 24),
+    "ft128_8os_perm4MB": (128, lambda rng: permutation(128, 4 * MIB, rng), SEEDS, 25),
+    "ft128_1os_ring512KB": (128, lambda rng: ring_step(128, 512 * KIB, rng), SEEDS, 26),
+    "ft128_1os_incast16": (128, lambda rng: incast(128, 16, 2 * MIB, rng), SEEDS, 27),
+    "ft128_1os_a2a32_256KB": (128, lambda rng: subset_all_to_all(128, 32, 256 * KIB, rng),
+                              SEEDS, 28),
+    "ls1024os_perm2MB": (1024, lambda rng: permutation(1024, 2 * MIB, rng), SEEDS, 29),
+    "ls1024os_failed4_perm512KB": (1024, lambda rng: permutation(1024, 512 * KIB, rng), SEEDS,
+                                   30),
+    "ls1024_failed8_perm2MB": (1024, lambda rng: permutation(1024, 2 * MIB, rng), SEEDS, 31),
+    "ls1024_ring2MB": (1024, lambda rng: ring_step(1024, 2 * MIB, rng), SEEDS, 32),
+    "mp4_ls1024_perm512KB": (1024, lambda rng: permutation(1024, 512 * KIB, rng), SEEDS, 33),
+    # the 2 MiB, 8-EV case's very flows with plane 0 degraded (planes 1-7: its runs)
+    "mp8_ls1024_deg0_perm2MB_ev8": (1024, lambda rng: permutation(1024, 2 * MIB, rng),
+                                    SEEDS[:2], 21),
 }
 
 

@@ -160,7 +160,11 @@ if [ ${#CASES[@]} -eq 0 ]; then
            ft128_1os_permmix ft128_1os_ring2MB ft128_1os_a2a_shift
            mp8_ls1024_perm1MB mp8_ls1024_perm8MB mp8_ls1024_deg0_perm8MB
            mp8_ls1024_perm16MB mp8_ls1024_perm2MB_ev8 mp8_ls1024_perm4MB_ev32
-           mp8_ls1024_deg0_perm4MB_ev32)
+           mp8_ls1024_deg0_perm4MB_ev32
+           ft128_1os_perm1MB ft128_4os_perm512KB ft128_8os_perm4MB ft128_1os_ring512KB
+           ft128_1os_incast16 ft128_1os_a2a32_256KB ls1024os_perm2MB ls1024os_failed4_perm512KB
+           ls1024_failed8_perm2MB ls1024_ring2MB mp4_ls1024_perm512KB
+           mp8_ls1024_deg0_perm2MB_ev8)
 fi
 [ -f "$LOGS/walltimes.tsv" ] || \
     printf 'run\twall_s\tcpu_s\tfinished\tstatus\tcommand\n' > "$LOGS/walltimes.tsv"
