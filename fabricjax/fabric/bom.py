@@ -393,7 +393,7 @@ def smallest_fabric(gpus: int, radix: int, port_gbps: float, planes: int = 1, *,
     if tiers == 2:
         down, up = t0_ports(radix, oversubscription)
         cfg = ClosConfig(gpus=gpus, planes=planes, port_gbps=float(port_gbps), radix=radix,
-                           oversubscription=down / up)
+                         oversubscription=down / up)
         return 2, bom(cfg, overrides=overrides)
     return tiers, fat_tree_bom(gpus, radix, port_gbps, tiers=tiers, planes=planes,
                                oversubscription=oversubscription, overrides=overrides)
@@ -434,7 +434,7 @@ def mrc_claim_comparison(gpus: int = 131_072, *, planes: int = 8, asic_gbps: flo
     4 tiers ('single_fabric', 3/7 and 1/2)."""
     port = nic_gbps / planes
     multi = bom(ClosConfig(gpus=gpus, planes=planes, port_gbps=port,
-                             radix=int(asic_gbps // port)), overrides=overrides)
+                           radix=int(asic_gbps // port)), overrides=overrides)
     k = int(asic_gbps // nic_gbps)
     three = fat_tree_bom(min(gpus, fat_tree_reach(k, 3)), k, nic_gbps, tiers=3,
                          overrides=overrides)
