@@ -258,7 +258,7 @@ def allowed_fields(loc: tuple, root: type[BaseModel] = Scenario) -> list[str] | 
 # field and its value when left out
 _UNIONS = {"workload": (2, "collective", None), "jobs": (2, "collective", None),
            "fabric": (1, "kind", FabricKind.CLOS.value)}
-UNION_TAGS = ("collective", "kind")
+UNION_TAGS = tuple(dict.fromkeys(tag for _, tag, _ in _UNIONS.values()))
 _TAG_AT = {section: at for section, (at, _, _) in _UNIONS.items()}
 
 
