@@ -200,3 +200,20 @@ def test_the_planning_notebook_runs(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "P100" in done.stdout
     assert (tmp_path / "tradeoff.png").stat().st_size > 0
+
+
+def test_every_dynamic_constant_has_its_source_in_the_model_page():
+    """docs/model.md's table of the dynamic level's constants names every module constant of
+    the two dynamic modules, each with its source (htsim, a measurement or "no figure
+    moves"), and none is left unsourced."""
+    page = (DOCS / "model.md").read_text()
+    start = page.index("### Where the dynamic level's constants come from")
+    table = page[start:page.index("\n## ", start)]
+    rows = dict(re.findall(r"^\| ([A-Z][A-Z_0-9]+) \|.*\| ([^|]+) \|$", table, re.M))
+    for module in ("fabricjax/solver/dynamic.py", "fabricjax/engine/dynamic.py"):
+        source = (ROOT / module).read_text()
+        for name in re.findall(r"^([A-Z][A-Z_0-9]+) *=", source, re.M):
+            assert name in rows, f"{module}: {name} has no row in docs/model.md"
+    # a row's source starts with one of the table's kinds of source
+    kinds = re.compile(r"\s*(htsim|measured|no figure moves)")
+    assert not [name for name, why in rows.items() if not kinds.match(why)]

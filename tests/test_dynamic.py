@@ -657,7 +657,7 @@ def reference(links, share, live, size, start, src, nic, base_rtt, max_window, c
             d_mark, d_clean, delay, per_ack, rate, rtt, hit, draw, p, base_rtt, max_window,
             now)
         for f in np.flatnonzero(stalled):
-            stall[f] = now + dt + p["rto"] - 0.5 * rtt[f]
+            stall[f] = now + dt + p["rto"] - dyn.STALL_SENT_RTT * rtt[f]
             stalls += 1
             dup_owed[f] += p["pkt"]
         W = np.where(sending, np.clip(Wn, p["mtu"], max_window), W)

@@ -57,6 +57,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fabricjax.core.executables import release_when_crowded  # noqa: E402
+from fabricjax.solver import dynamic as dynamic_core  # noqa: E402
 from fabricjax.engine.dynamic import fct_quantiles, solve_dynamic_phase  # noqa: E402
 from fabricjax.engine.phase import initial_slots, solve_policy_phase  # noqa: E402
 from fabricjax.engine.timing import transport_latency_s  # noqa: E402
@@ -539,6 +540,9 @@ def main() -> int:
     parser.add_argument("--dynamic", action="append", default=[], metavar="KEY=VALUE",
                         help="a dynamic-level setting over the defaults, as YAML "
                              "(e.g. skip_steady=true); repeatable")
+    parser.add_argument("--constant", action="append", default=[], metavar="NAME=VALUE",
+                        help="a module constant of solver/dynamic.py over its value, for a "
+                             "sensitivity run (e.g. RHO_MAX=0.95); repeatable")
     parser.add_argument("--record", metavar="TSV",
                         help="also write each scored row's errors (p50, p99, max) to TSV, as "
                              "regression.tsv holds them")
@@ -548,12 +552,24 @@ def main() -> int:
         if not sep:
             parser.error(f"--dynamic {item!r}: expected KEY=VALUE")
         DYNAMIC_OVERRIDES[key] = yaml.safe_load(value)
+    constants = {}
+    for item in args.constant:
+        name, sep, value = item.partition("=")
+        old = getattr(dynamic_core, name, None)
+        if not sep or not name.isupper() or not isinstance(old, (bool, int, float)):
+            parser.error(f"--constant {item!r}: expected NAME=VALUE, NAME a numeric constant "
+                         f"of fabricjax/solver/dynamic.py")
+        # read when the programs are traced, which happens after this in this process (no
+        # compilation cache is on here, so no program traced with the old value is loaded)
+        constants[name] = type(old)(yaml.safe_load(value))
+        setattr(dynamic_core, name, constants[name])
     models = list(MODELS) if args.model == "both" else [args.model]
     cases = args.case or list(CASES)
     seeds = SEEDS[:max(1, min(args.seeds, len(SEEDS)))]
     print(f"machine: {platform.machine()}, {platform.system()}; fabricjax against htsim "
           f"(committed per-flow FCTs); "
-          f"seeds {', '.join(map(str, seeds))}")
+          f"seeds {', '.join(map(str, seeds))}"
+          + "".join(f"; {name} = {value}" for name, value in constants.items()))
     header = (f"{'case':<26} {'policy':<6} {'htsim run':<11} {'model':<7} "
               f"{'htsim p50':>9} {'p99':>8} {'max':>8}   {'fj p50':>8} {'p99':>8} {'max':>8}"
               f"   {'err p50':>7} {'p99':>7} {'max':>7}  target  within")

@@ -146,6 +146,7 @@ ACK_RUN_MAX = 8        # the longest run of packets between two ACKs the model f
 PACKET_TRIMS = True    # the packet queue's tail trims (whole packets, at random)
 MARK_SPREAD = True     # an empty fluid queue's marks: RED over the packet queue's spread
 RHO_MAX = 0.98         # the utilisation at which that wait stops growing (24.5 packets)
+STALL_SENT_RTT = 0.5   # an ACK stall's packet left this many RTTs before quick adapt ran
 
 
 class DynamicParams(NamedTuple):
@@ -870,7 +871,7 @@ def _nscc(run: _Run, s: _State, send: _Send, dl: _Delivered) -> _Nscc:
         p, run.base_rtt, run.max_window, send.now)
     return _Nscc(
         echoes=echoes, nscc=state,
-        stall=jnp.where(stalls, send.now + p.dt + p.rto - 0.5 * send.rtt, s.stall),
+        stall=jnp.where(stalls, send.now + p.dt + p.rto - STALL_SENT_RTT * send.rtt, s.stall),
         stalls=stalls, dup_owed=dl.dup_owed + jnp.where(stalls, p.pkt, 0.0))
 
 
