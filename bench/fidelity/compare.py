@@ -556,12 +556,16 @@ def main() -> int:
     for item in args.constant:
         name, sep, value = item.partition("=")
         old = getattr(dynamic_core, name, None)
-        if not sep or not name.isupper() or not isinstance(old, (bool, int, float)):
-            parser.error(f"--constant {item!r}: expected NAME=VALUE, NAME a numeric constant "
-                         f"of fabricjax/solver/dynamic.py")
+        new = yaml.safe_load(value) if sep else None
+        numeric = (bool, int, float)
+        if (not name.isupper() or not isinstance(old, numeric) or not isinstance(new, numeric)
+                or isinstance(old, bool) != isinstance(new, bool)):
+            parser.error(f"--constant {item!r}: expected NAME=VALUE, NAME a constant "
+                         f"of fabricjax/solver/dynamic.py and VALUE of its kind (a number, "
+                         f"or true/false for a switch)")
         # read when the programs are traced, which happens after this in this process (no
         # compilation cache is on here, so no program traced with the old value is loaded)
-        constants[name] = type(old)(yaml.safe_load(value))
+        constants[name] = type(old)(new)
         setattr(dynamic_core, name, constants[name])
     models = list(MODELS) if args.model == "both" else [args.model]
     cases = args.case or list(CASES)
